@@ -1,0 +1,41 @@
+"""Multi-head attention with optional grouped K/V heads (GQA; G=1 is multi-query).
+
+Glossary: H query heads, G key/value heads (G divides H), d_k = d_model / H per head.
+Q = X·W_Q (n×H·d_k), K = X·W_K, V = X·W_V (n×G·d_k). Head h takes Q columns
+[h·d_k, (h+1)·d_k) and K/V head g = ⌊h·G/H⌋ (PyTorch `enable_gqa`).
+head_h = softmax(Q_h·K_gᵀ/√d_k)·V_g;  CONCAT = [head_1 … head_H];  OUTPUT = CONCAT·W_O.
+"""
+
+import numpy as np
+
+from reference.softmax import causal_allowed, masked_softmax_steps
+
+
+def multihead_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
+    x = inputs["X"]
+    heads = params.heads
+    kv_heads = params.kv_heads or heads               # default: one K/V head per query head
+    d_k = params.d_model // heads
+    q, k, v = x @ inputs["W_Q"], x @ inputs["W_K"], x @ inputs["W_V"]
+    n = x.shape[0]
+    allowed = causal_allowed(n, n) if params.causal else np.ones((n, n), dtype=bool)
+    steps = {"Q": q, "K": k, "V": v}
+    if params.causal:
+        steps["MASK"] = allowed.astype(float)
+    outputs = []
+    for h in range(heads):
+        g = h * kv_heads // heads
+        q_h = q[:, h * d_k:(h + 1) * d_k]             # (n×d_k) contiguous column slice
+        k_g, v_g = k[:, g * d_k:(g + 1) * d_k], v[:, g * d_k:(g + 1) * d_k]
+        suffix = f"_H{h + 1}"
+        scores = q_h @ k_g.T
+        scaled = scores / np.sqrt(d_k)
+        steps["SCORES" + suffix] = scores
+        steps["SCALED" + suffix] = scaled
+        for name, block in masked_softmax_steps(scaled, allowed).items():
+            steps[name + suffix] = block
+        outputs.append(steps["WEIGHTS" + suffix] @ v_g)
+        steps["HEAD" + suffix] = outputs[-1]
+    steps["CONCAT"] = np.concatenate(outputs, axis=1)  # (n×H·d_k)
+    steps["OUTPUT"] = steps["CONCAT"] @ inputs["W_O"]
+    return steps

@@ -1,0 +1,3 @@
+from workbook_builder.cli import main
+
+raise SystemExit(main())

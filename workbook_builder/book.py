@@ -1,0 +1,121 @@
+"""Whole workbooks: build one for a kind, save it atomically, read its metadata back."""
+
+import dataclasses
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openpyxl
+from openpyxl.styles import Font
+from openpyxl.workbook.workbook import Workbook
+
+from workbook_builder import __version__
+from workbook_builder.errors import UserError
+from workbook_builder.kind import Kind, get_kind, make_params
+from workbook_builder.layout import SheetWriter
+
+ABOUT = "About"
+
+
+@dataclass(frozen=True)
+class BookSpec:
+    """What a workbook records about itself, enough for `check` to recompute everything."""
+
+    kind: str
+    params: dict[str, Any]
+    layout: str
+    tokens: list[str]
+
+
+def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], tokens: list[str],
+                   layout: str) -> Workbook:
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = kind.sheet_title
+    sheet = SheetWriter(ws, layout)
+    sheet.title(f"{kind.sheet_title}: {kind.summary}",
+                f"{kind.describe(params)}; layout={layout}")
+    kind.lay_out(sheet, params, inputs, tokens)
+    sheet.finish()
+    _write_about(wb, BookSpec(kind.name, dataclasses.asdict(params), layout, tokens),
+                 sorted(sheet.blocks))
+    return wb
+
+
+def _write_about(wb: Workbook, spec: BookSpec, names: list[str]) -> None:
+    ws = wb.create_sheet(ABOUT)
+    ws["A1"] = "attnsheets workbook"
+    ws["A1"].font = Font(bold=True, size=14)
+    ws["A2"] = ("Yellow cells are inputs: edit them and the formulas recalculate. "
+                "`attnsheets check` re-derives every step from the inputs held here now.")
+    rows = [("kind", spec.kind), ("params", json.dumps(spec.params)),
+            ("layout", spec.layout), ("tokens", json.dumps(spec.tokens, ensure_ascii=False)),
+            ("generator", f"attnsheets {__version__}"),
+            ("defined names", ", ".join(names))]
+    for i, (key, value) in enumerate(rows, start=4):
+        ws.cell(i, 1, key).font = Font(bold=True)
+        ws.cell(i, 2, value)
+    ws.column_dimensions["A"].width = 16
+    ws.column_dimensions["B"].width = 80
+
+
+def read_spec(wb: Workbook, path: Path) -> BookSpec:
+    if ABOUT not in wb.sheetnames:
+        raise UserError(f"{path} is not an attnsheets workbook (it has no {ABOUT} sheet)")
+    ws = wb[ABOUT]
+    values = {}
+    for row in ws.iter_rows(min_row=1, max_col=2, values_only=True):
+        if row[0] is not None:
+            values[str(row[0])] = row[1]
+    try:
+        return BookSpec(str(values["kind"]), json.loads(values["params"]),
+                        str(values["layout"]), json.loads(values["tokens"]))
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{path}: the {ABOUT} sheet lacks a readable kind/params/layout/"
+                        f"tokens table") from None
+
+
+def spec_kind_params(spec: BookSpec):
+    kind = get_kind(spec.kind)
+    return kind, make_params(kind, spec.params)
+
+
+def open_workbook(path: Path, data_only: bool = False) -> Workbook:
+    """Open a workbook the user named, or fail with one line saying why."""
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a workbook")
+    if not zipfile.is_zipfile(path):
+        raise UserError(f"{path} is not an .xlsx workbook")
+    try:
+        return openpyxl.load_workbook(path, data_only=data_only)
+    except Exception as exc:  # openpyxl raises many types on damaged files
+        raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
+
+
+def check_writable(path: Path, force: bool) -> None:
+    """Refuse to replace a file unless asked, and name a missing folder."""
+    if path.suffix.lower() != ".xlsx":
+        raise UserError(f"{path}: the output name must end in .xlsx")
+    if not path.parent.exists():
+        raise UserError(f"{path.parent}: no such folder (create it first)")
+    if path.exists() and not force:
+        raise UserError(f"{path} already exists; pass --force to replace it")
+
+
+def save_atomic(wb: Workbook, path: Path) -> None:
+    """Write beside the target and rename, so a failure never leaves a partial file."""
+    fd, tmp = tempfile.mkstemp(suffix=".xlsx.tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        wb.save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

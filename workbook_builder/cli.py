@@ -1,0 +1,168 @@
+"""The `attnsheets` command line: list, build, check, demo, reproduce."""
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+from pathlib import Path
+
+from workbook_builder.errors import UserError
+from workbook_builder.layout import LAYOUTS
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
+    """One flag per Params field: seq_len -> --seq-len; bools are switches."""
+    for f in dataclasses.fields(params_class):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if f.type is bool:
+            parser.add_argument(flag, dest=f.name, action="store_true",
+                                default=argparse.SUPPRESS, help=help_text)
+            continue
+        base = f.type
+        if isinstance(base, types.UnionType):  # e.g. int | None
+            base = next(t for t in base.__args__ if t is not type(None))
+        choices = f.metadata.get("choices")
+        parser.add_argument(flag, dest=f.name, type=base, choices=choices,
+                            default=argparse.SUPPRESS, metavar=f.metadata.get("metavar"),
+                            help=f"{help_text} (default {default})")
+
+
+def _parser() -> Parser:
+    from workbook_builder import __version__
+    from workbook_builder.kind import load_kinds
+
+    parser = Parser(prog="attnsheets", description="Excel workbooks in which every step of "
+                    "attention is a live formula, checked cell by cell against NumPy.")
+    parser.add_argument("--version", action="version", version=f"attnsheets {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    commands.add_parser("list", help="list the sheet kinds")
+
+    build = commands.add_parser("build", help="write a workbook of one kind")
+    kinds = build.add_subparsers(dest="kind", required=True, metavar="KIND",
+                                 parser_class=Parser)
+    for name, kind in sorted(load_kinds().items()):
+        sub = kinds.add_parser(name, help=kind.summary, description=kind.summary)
+        sub.add_argument("-o", "--output", required=True, type=Path, metavar="FILE",
+                         help="the .xlsx file to write")
+        _add_param_flags(sub, kind.Params)
+        sub.add_argument("--seed", type=int, default=0,
+                         help="seed for inputs not given with --inputs (default 0)")
+        sub.add_argument("--inputs", action="append", default=[], metavar="FILE",
+                         help="a JSON file mapping input names to lists of rows, or "
+                              "NAME=file.csv; repeatable; inputs not given are drawn "
+                              "from the seed")
+        sub.add_argument("--tokens", help='comma-separated row labels, e.g. "我,爱,AI"')
+        sub.add_argument("--layout", choices=LAYOUTS, default="cells",
+                         help="cells: one formula per cell (default, best to read); "
+                              "blocks: one array formula per step (compact, fast)")
+        sub.add_argument("--force", action="store_true", help="replace an existing file")
+
+    check = commands.add_parser("check", help="evaluate a workbook and compare every step "
+                                "with the NumPy reference")
+    check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    demo = commands.add_parser("demo", help="build and check a demo workbook of every kind")
+    demo.add_argument("--out", type=Path, default=Path("demo"), metavar="DIR",
+                      help="folder for the workbooks (default ./demo)")
+    demo.add_argument("--force", action="store_true",
+                      help="replace files in DIR even if they were changed since built")
+
+    reproduce = commands.add_parser("reproduce", help="rebuild a tutorial's worked example "
+                                    "and compare it with the numbers the tutorial prints")
+    from workbook_builder.reproduce import TUTORIALS
+
+    reproduce.add_argument("tutorial", choices=sorted(TUTORIALS))
+    reproduce.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
+                           help="folder for the workbooks (default .)")
+    reproduce.add_argument("--force", action="store_true", help="replace existing files")
+    return parser
+
+
+def _cmd_list(args) -> int:
+    from workbook_builder.kind import load_kinds
+
+    kinds = load_kinds()
+    width = max(map(len, kinds))
+    for name, kind in sorted(kinds.items()):
+        print(f"{name:<{width}}  {kind.summary}")
+    return EXIT_OK
+
+
+def _cmd_build(args) -> int:
+    from workbook_builder.build import resolve_params, write_workbook
+    from workbook_builder.inputs import load_inputs
+    from workbook_builder.kind import get_kind
+
+    kind = get_kind(args.kind)
+    explicit = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind.Params)
+                if hasattr(args, f.name)}
+    tokens = None
+    if args.tokens is not None:
+        tokens = [t.strip() for t in args.tokens.split(",")]
+        if not all(tokens):
+            raise UserError("--tokens has an empty label")
+    given = load_inputs(args.inputs)
+    params = resolve_params(kind, explicit, given, tokens)
+    cells = write_workbook(kind, params, args.output, seed=args.seed, given=given,
+                           tokens=tokens, layout=args.layout, force=args.force)
+    print(f"wrote {args.output}: kind {kind.name}, {kind.describe(params)}, "
+          f"layout {args.layout}, {cells} formula cells")
+    return EXIT_OK
+
+
+def _cmd_check(args) -> int:
+    from workbook_builder.check import check_workbook, format_report
+
+    reports = [check_workbook(path) for path in args.files]
+    if args.json:
+        data = [r.to_dict() for r in reports]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(format_report(r) for r in reports))
+    return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
+
+
+def _cmd_demo(args) -> int:
+    from workbook_builder.demo import run_demo
+
+    return EXIT_OK if run_demo(args.out, args.force) else EXIT_MISMATCH
+
+
+def _cmd_reproduce(args) -> int:
+    from workbook_builder.reproduce import run_reproduce
+
+    return EXIT_OK if run_reproduce(args.tutorial, args.out, args.force) else EXIT_MISMATCH
+
+
+COMMANDS = {"list": _cmd_list, "build": _cmd_build, "check": _cmd_check,
+            "demo": _cmd_demo, "reproduce": _cmd_reproduce}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"attnsheets: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"attnsheets: error: {exc.strerror or exc}"
+              f"{': ' + str(exc.filename) if exc.filename else ''}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("attnsheets: interrupted", file=sys.stderr)
+        return 130

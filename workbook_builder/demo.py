@@ -1,0 +1,77 @@
+"""`demo`: build every kind's demo workbooks in both layouts, then check each one.
+
+Re-running is safe: a file is replaced only if it is unchanged since the demo wrote it
+(its SHA-256 is recorded in DIR/.attnsheets-demo.json), or with --force.
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from workbook_builder.build import write_workbook
+from workbook_builder.check import check_workbook
+from workbook_builder.errors import UserError
+from workbook_builder.kind import load_kinds, make_params
+from workbook_builder.layout import LAYOUTS
+
+MANIFEST = ".attnsheets-demo.json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def demo_plan() -> list[tuple[str, type, dict, str]]:
+    """(file name, kind, parameters, layout) for every demo workbook."""
+    plan = []
+    for _, kind in sorted(load_kinds().items()):
+        for stem, values in kind.demo_cases:
+            for layout in LAYOUTS:
+                plan.append((f"{stem}_{layout}.xlsx", kind, values, layout))
+    return plan
+
+
+def run_demo(out: Path, force: bool) -> bool:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file, not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    except (OSError, ValueError):
+        manifest = {}
+    plan = demo_plan()
+    for name, *_ in plan:  # refuse before writing anything
+        path = out / name
+        if path.exists() and not force and manifest.get(name) != _sha256(path):
+            raise UserError(f"{path} exists and was not written by this demo unchanged; "
+                            f"pass --force to replace it")
+    print(f"{'workbook':<36} {'formula cells':>13} {'steps':>6} {'check s':>8}  result")
+    all_passed = True
+    for name, kind, values, layout in plan:
+        path = out / name
+        cells = write_workbook(kind, make_params(kind, values), path, layout=layout,
+                               force=True)
+        manifest[name] = _sha256(path)
+        _save_manifest(manifest_path, manifest)
+        started = time.perf_counter()
+        report = check_workbook(path)
+        seconds = time.perf_counter() - started
+        all_passed &= report.passed
+        failed = [s.name for s in report.steps if not s.passed]
+        verdict = "pass" if report.passed else f"FAIL at {failed[0]}"
+        print(f"{str(path):<36} {cells:>13} {len(report.steps):>6} {seconds:>8.2f}  {verdict}",
+              flush=True)
+    print(f"{len(plan)} workbooks in {out}: " + ("all checks pass" if all_passed
+                                                 else "some checks FAILED"))
+    return all_passed
+
+
+def _save_manifest(path: Path, manifest: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(manifest, handle, indent=1, sort_keys=True)
+    os.replace(tmp, path)

@@ -1,0 +1,64 @@
+"""Evaluates a workbook's formulas with the `formulas` engine, quietly."""
+
+import contextlib
+import functools
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbook_builder.refs import parse_range
+
+# "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
+_KEY = re.compile(r"^'?\[[^\]]*\](?P<sheet>.*?)'?!(?P<range>[A-Z]+\d+(?::[A-Z]+\d+)?)$")
+
+CellValues = dict[tuple[str, int, int], Any]  # (SHEET upper-cased, row, col) -> value
+
+
+@contextlib.contextmanager
+def _quiet_engine() -> Iterator[None]:
+    """The engine draws a tqdm progress bar and NumPy warns on EXP overflow; the CLI decides
+    what the user sees, so both are silenced here."""
+    import tqdm
+
+    original = tqdm.tqdm
+    tqdm.tqdm = functools.partial(original, disable=True)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        tqdm.tqdm = original
+
+
+def evaluate_with_formulas(path: Path) -> CellValues:
+    """Every cell value the engine computed (formula cells and the constants they read)."""
+    import formulas
+
+    with _quiet_engine():
+        model = formulas.ExcelModel().loads(str(path)).finish()
+        solution = model.calculate()
+    values: CellValues = {}
+    for key, ranges in solution.items():
+        match = _KEY.match(str(key))
+        if not match or not hasattr(ranges, "value"):
+            continue
+        sheet = match.group("sheet").upper()
+        top, left, bottom, right = parse_range(match.group("range"))
+        array = np.asarray(ranges.value, dtype=object)
+        for i in range(bottom - top + 1):
+            for j in range(right - left + 1):
+                value = array[i, j] if array.ndim == 2 and i < array.shape[0] and \
+                    j < array.shape[1] else None
+                values[(sheet, top + i, left + j)] = _scalar(value)
+    return values
+
+
+def _scalar(value: Any) -> Any:
+    """NumPy scalars to Python numbers; engine errors (XlError) and text stay as they are."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,63 @@
+"""User-given input blocks: a JSON file of name -> nested lists, or NAME=file.csv."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from workbook_builder.errors import UserError
+
+
+def load_inputs(specs: list[str]) -> dict[str, np.ndarray]:
+    """Each spec is `file.json` (several inputs) or `NAME=file.csv` (one headerless matrix)."""
+    given: dict[str, np.ndarray] = {}
+    for spec in specs:
+        if "=" in spec and not spec.lower().endswith(".json"):
+            name, _, path = spec.partition("=")
+            blocks = {name.strip(): _read_csv(Path(path))}
+        else:
+            blocks = _read_json(Path(spec))
+        for name, value in blocks.items():
+            if name in given:
+                raise UserError(f"input {name} is given twice")
+            given[name] = value
+    return given
+
+
+def _read_json(path: Path) -> dict[str, np.ndarray]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such inputs file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object mapping input names to matrices")
+    return {str(name): _matrix(value, f"{path}: input {name}") for name, value in data.items()}
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, header=None)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such CSV file") from None
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise UserError(f"{path}: not a readable CSV file ({exc})") from None
+    return _matrix(frame.values.tolist(), f"{path}")
+
+
+def _matrix(value, what: str) -> np.ndarray:
+    """A rectangular matrix of finite numbers; a flat list is one row."""
+    if isinstance(value, list) and value and not isinstance(value[0], list):
+        value = [value]
+    ok = isinstance(value, list) and value and all(isinstance(r, list) and r for r in value)
+    if not ok or len({len(r) for r in value}) != 1:
+        raise UserError(f"{what} must be a rectangular list of rows of numbers")
+    if any(isinstance(x, bool) or not isinstance(x, int | float) for r in value for x in r):
+        raise UserError(f"{what} holds something that is not a number")
+    array = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(array)):
+        raise UserError(f"{what} holds a value that is not a finite number")
+    return array

@@ -1,0 +1,42 @@
+"""A1-style cell-reference helpers (rows and columns are 1-based, as in Excel)."""
+
+import re
+
+from openpyxl.utils import column_index_from_string, get_column_letter
+
+_CELL = re.compile(r"^\$?([A-Z]{1,3})\$?(\d+)$")
+
+
+def cell_ref(row: int, col: int, fix_row: bool = False, fix_col: bool = False) -> str:
+    """`cell_ref(5, 3)` -> 'C5'; fix_row/fix_col add the `$` anchors."""
+    return f"{'$' if fix_col else ''}{get_column_letter(col)}{'$' if fix_row else ''}{row}"
+
+
+def range_ref(top: int, left: int, bottom: int, right: int,
+              fix_row: bool = False, fix_col: bool = False) -> str:
+    """A rectangle; a single cell is written as one reference."""
+    first = cell_ref(top, left, fix_row, fix_col)
+    if (top, left) == (bottom, right):
+        return first
+    return f"{first}:{cell_ref(bottom, right, fix_row, fix_col)}"
+
+
+def quote_sheet(title: str) -> str:
+    """Sheet titles are always quoted, which Excel accepts for any title."""
+    return "'" + title.replace("'", "''") + "'"
+
+
+def parse_cell(ref: str) -> tuple[int, int]:
+    """'$C$5' -> (5, 3)."""
+    match = _CELL.match(ref.upper())
+    if not match:
+        raise ValueError(f"not a cell reference: {ref!r}")
+    return int(match.group(2)), column_index_from_string(match.group(1))
+
+
+def parse_range(ref: str) -> tuple[int, int, int, int]:
+    """'C5:F9' -> (top, left, bottom, right); a single cell is a 1x1 range."""
+    first, _, last = ref.partition(":")
+    top, left = parse_cell(first)
+    bottom, right = parse_cell(last) if last else (top, left)
+    return top, left, bottom, right

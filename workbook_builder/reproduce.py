@@ -1,0 +1,160 @@
+"""`reproduce`: a tutorial's worked example as live workbooks, beside the numbers it prints.
+
+Each workbook gets a `Tutorial` sheet: every printed number, the live cell that computes it,
+and a formula saying whether they agree at the tutorial's 3 decimals.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from openpyxl.styles import Font
+
+from workbook_builder.book import build_workbook, check_writable, save_atomic
+from workbook_builder.check import check_workbook, find_name
+from workbook_builder.errors import UserError
+from workbook_builder.evaluate import evaluate_with_formulas
+from workbook_builder.kind import get_kind, make_params
+from workbook_builder.refs import cell_ref, quote_sheet
+
+AGREE_WITHIN = 0.0005  # printed to 3 decimals
+
+
+@dataclass(frozen=True)
+class Example:
+    file_stem: str
+    kind: str
+    params: dict
+    inputs: dict[str, list]
+    printed: dict[str, list]  # step name -> the matrix the tutorial prints
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Tutorial:
+    source: str
+    tokens: list[str]
+    examples: list[Example]
+
+
+_X = [[1, 0], [0, 1], [1, 1]]
+_I = [[1, 0], [0, 1]]
+
+# ../shared/seeds/000_b638a7e16e22b681.txt, "Excel 手推自注意力" and "多头注意力".
+TUTORIALS = {
+    "wo-ai-ai": Tutorial(
+        source="Transformer自注意力机制详解, Step 2a–2f (sentence “我爱 AI”)",
+        tokens=["我", "爱", "AI"],
+        examples=[
+            Example("wo-ai-ai_attention", "attention", {"seq_len": 3, "d_model": 2, "d_k": 2},
+                    {"X": _X, "W_Q": _I, "W_K": _I, "W_V": _I},
+                    {"SCORES": [[1, 0, 1], [0, 1, 1], [1, 1, 2]],
+                     "SCALED": [[0.707, 0, 0.707], [0, 0.707, 0.707], [0.707, 0.707, 1.414]],
+                     "WEIGHTS": [[0.370, 0.260, 0.370], [0.260, 0.370, 0.370],
+                                 [0.289, 0.289, 0.422]],
+                     "OUTPUT": [[0.740, 0.630], [0.630, 0.740], [0.711, 0.711]]}),
+            Example("wo-ai-ai_multihead", "multihead", {"seq_len": 3, "d_model": 2, "heads": 2},
+                    {"X": _X, "W_Q": _I, "W_K": _I, "W_V": _I, "W_O": _I},
+                    {"SCORES_H1": [[1, 0, 1], [0, 0, 0], [1, 0, 1]],
+                     "WEIGHTS_H1": [[0.370, 0.260, 0.370], [0.333, 0.333, 0.333],
+                                    [0.370, 0.260, 0.370]],
+                     "HEAD_H1": [[0.740], [0.667], [0.740]],
+                     "SCORES_H2": [[0, 0, 0], [0, 1, 1], [0, 1, 1]],
+                     "WEIGHTS_H2": [[0.333, 0.333, 0.333], [0.212, 0.394, 0.394],
+                                    [0.212, 0.394, 0.394]],
+                     "HEAD_H2": [[0.667], [0.788], [0.788]],
+                     "CONCAT": [[0.740, 0.667], [0.667, 0.788], [0.740, 0.788]]},
+                    note="The tutorial gives no W_O; W_O = I here, so OUTPUT = CONCAT."),
+        ]),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    step: str
+    query: str
+    column: int
+    printed: float
+    live_cell: str
+    live: float | None
+
+    @property
+    def agrees(self) -> bool:
+        return self.live is not None and abs(self.live - self.printed) <= AGREE_WITHIN
+
+
+def run_reproduce(name: str, out: Path, force: bool) -> bool:
+    tutorial = TUTORIALS[name]
+    if not out.is_dir():
+        raise UserError(f"{out}: no such folder (create it first)")
+    paths = [out / f"{ex.file_stem}.xlsx" for ex in tutorial.examples]
+    for path in paths:
+        check_writable(path, force)
+    print(f"Tutorial: {tutorial.source}")
+    all_checks_pass, differing = True, []
+    for example, path in zip(tutorial.examples, paths, strict=True):
+        rows = _write_example(tutorial, example, path)
+        report = check_workbook(path)
+        all_checks_pass &= report.passed
+        print(f"\n{path} ({example.kind}; workbook check: "
+              f"{'all steps pass' if report.passed else 'FAILED'})")
+        if example.note:
+            print(f"  {example.note}")
+        print(f"  {'step':<11} {'query':<5} {'col':>3} {'printed':>8} {'spreadsheet':>11}  "
+              f"verdict")
+        for row in rows:
+            live = "missing" if row.live is None else f"{row.live:.4f}"
+            verdict = "agree" if row.agrees else "DIFFERS"
+            print(f"  {row.step:<11} {row.query:<5} {row.column:>3} {row.printed:>8.3f} "
+                  f"{live:>11}  {verdict}")
+        differing += [(example, row) for row in rows if not row.agrees]
+    total = sum(len(_printed_cells(ex)) for ex in tutorial.examples)
+    print(f"\n{len(differing)} of {total} printed numbers differ from what the tutorial's own "
+          f"formula gives:")
+    for example, row in differing:
+        live = "missing" if row.live is None else f"{row.live:.3f}"
+        print(f"  {example.kind} {row.step} row {row.query} col {row.column}: "
+              f"printed {row.printed:.3f}, correct {live}")
+    return all_checks_pass
+
+
+def _printed_cells(example: Example) -> list[tuple[str, int, int, float]]:
+    return [(step, i, j, float(value)) for step, matrix in example.printed.items()
+            for i, row in enumerate(matrix) for j, value in enumerate(row)]
+
+
+def _write_example(tutorial: Tutorial, example: Example, path: Path) -> list[Row]:
+    kind = get_kind(example.kind)
+    params = make_params(kind, example.params)
+    inputs = {k: np.asarray(v, dtype=float) for k, v in example.inputs.items()}
+    wb = build_workbook(kind, params, inputs, tutorial.tokens, "cells")
+    ws = wb.create_sheet("Tutorial", 0)
+    ws["A1"] = f"Printed by the tutorial vs computed live — {tutorial.source}"
+    ws["A1"].font = Font(bold=True, size=13)
+    ws["A2"] = ("'agree' when they match at the tutorial's 3 decimals; 'DIFFERS' marks a "
+                "printed number that its own formula does not give.")
+    if example.note:
+        ws["A3"] = example.note
+    headers = ["step", "query", "column", "printed", "live cell", "agree?"]
+    for j, header in enumerate(headers, start=1):
+        ws.cell(5, j, header).font = Font(bold=True)
+    cells = []
+    for r, (step, i, j, printed) in enumerate(_printed_cells(example), start=6):
+        where = find_name(wb, step, path)
+        live = f"{quote_sheet(where.sheet)}!{cell_ref(where.top + i, where.left + j)}"
+        ws.cell(r, 1, step)
+        ws.cell(r, 2, tutorial.tokens[i])
+        ws.cell(r, 3, j + 1)
+        ws.cell(r, 4, printed).number_format = "0.000"
+        ws.cell(r, 5, f"={live}").number_format = "0.0000"
+        ws.cell(r, 6, f'=IF(ABS(E{r}-D{r})<={AGREE_WITHIN},"agree","DIFFERS")')
+        cells.append((r, step, i, j, printed))
+    ws.column_dimensions["A"].width = 12
+    save_atomic(wb, path)
+    values = evaluate_with_formulas(path)
+    rows = []
+    for r, step, i, j, printed in cells:
+        live = values.get(("TUTORIAL", r, 5))
+        live = float(live) if isinstance(live, int | float) else None
+        rows.append(Row(step, tutorial.tokens[i], j + 1, printed, f"Tutorial!E{r}", live))
+    return rows
