@@ -199,10 +199,13 @@ class SheetWriter:
 
     def step_block(self, name: str, equation: str, rows: int, cols: int,
                    row_labels: Sequence, col_labels: Sequence, cells: CellFormula,
-                   array: Callable[[Block], str] | None = None, explanation: str = "",
-                   corner: str = "", heatmap: bool = False) -> Block:
-        """A step: one formula per cell (`cells` layout, or when `array` is None), else one
-        array formula for the whole block. Both must compute the same numbers."""
+                   array: Callable[[Block], str] | None = None,
+                   row_array: Callable[[int, Block], str] | None = None,
+                   explanation: str = "", corner: str = "", heatmap: bool = False) -> Block:
+        """A step: one formula per cell (`cells` layout, or when neither `array` nor
+        `row_array` is given); in the `blocks` layout one array formula for the whole block
+        (`array`), or one per row (`row_array(i, block)`, for recurrences down the rows, where
+        a whole-block formula would read itself). Both layouts must compute the same numbers."""
         block = self._place(name, rows, cols)
         self.current = block
         self._header(block, equation, row_labels, col_labels, explanation, corner)
@@ -211,6 +214,10 @@ class SheetWriter:
             text = array(block)
             ws.cell(block.top, block.left).value = ArrayFormula(block.whole().replace("$", ""),
                                                                 text)
+        elif self.layout == "blocks" and row_array is not None:
+            for i in range(rows):
+                ref = block.row(i).replace("$", "")
+                ws.cell(block.top + i, block.left).value = ArrayFormula(ref, row_array(i, block))
         else:
             for i in range(rows):
                 for j in range(cols):
