@@ -44,6 +44,8 @@ class Multihead(Kind):
         {"seq_len": 5, "d_model": 4, "heads": 2, "kv_heads": 1, "causal": True},
         {"seq_len": 4, "d_model": 8, "heads": 4, "kv_heads": 2, "causal": True},
     ]
+    input_dims = {"X": ("seq_len", "d_model"), "W_Q": ("d_model", None),
+                  "W_K": ("d_model", None), "W_V": ("d_model", None), "W_O": (None, "d_model")}
     demo_cases = [
         ("multihead", {"seq_len": 4, "d_model": 4, "heads": 2}),
         ("multihead_gqa_causal", {"seq_len": 5, "d_model": 8, "heads": 4, "kv_heads": 2,
@@ -63,13 +65,6 @@ class Multihead(Kind):
         return {"X": (p.seq_len, p.d_model), "W_Q": (p.d_model, p.heads * p.d_k),
                 "W_K": (p.d_model, p.groups * p.d_k), "W_V": (p.d_model, p.groups * p.d_k),
                 "W_O": (p.heads * p.d_k, p.d_model)}
-
-    @classmethod
-    def infer_params(cls, given):
-        sizes = {}
-        if "X" in given:
-            sizes["seq_len"], sizes["d_model"] = given["X"].shape
-        return sizes
 
     @classmethod
     def lay_out(cls, sheet, p, inputs, tokens):

@@ -53,10 +53,26 @@ class Kind:
         """Every input block's name and (rows, cols), in sheet order."""
         raise NotImplementedError
 
+    # input name -> (parameter its rows give, parameter its columns give), for inference
+    input_dims: ClassVar[dict[str, tuple[str | None, str | None]]] = {}
+
     @classmethod
     def infer_params(cls, given: Mapping[str, np.ndarray]) -> dict[str, Any]:
-        """Sizes implied by user-given inputs, used where no flag sets them."""
-        return {}
+        """Sizes implied by user-given inputs, used where no flag sets them; inputs that
+        disagree on a size are an error."""
+        sizes: dict[str, tuple[int, str]] = {}
+        for name, fields in cls.input_dims.items():
+            if name not in given or np.ndim(given[name]) != 2:
+                continue
+            for field_name, size in zip(fields, np.shape(given[name]), strict=True):
+                if field_name is None:
+                    continue
+                if field_name in sizes and sizes[field_name][0] != size:
+                    first_size, first_input = sizes[field_name]
+                    raise UserError(f"inputs disagree on {field_name}: {first_input} gives "
+                                    f"{first_size}, {name} gives {size}")
+                sizes[field_name] = (size, name)
+        return {field_name: size for field_name, (size, _) in sizes.items()}
 
     @classmethod
     def random_input(cls, name: str, shape: tuple[int, int], params,

@@ -1,0 +1,143 @@
+"""The command line as a user runs it: a new process, its exit code and what it prints."""
+
+import json
+import zipfile
+
+import openpyxl
+import pytest
+from conftest import build, run_cli
+
+
+def one_line_error(result) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_list_shows_every_kind_with_a_description():
+    result = run_cli("list")
+    assert result.returncode == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()]
+    assert {"attention", "multihead"} <= set(names)
+    assert all(len(line.split()) > 2 for line in result.stdout.splitlines())
+
+
+def test_build_then_check_round_trip_with_tokens_and_json_inputs(tmp_path):
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps({"X": [[1, 0], [0, 1], [1, 1]],
+                                  "W_Q": [[1, 0], [0, 1]]}))
+    out = tmp_path / "wo.xlsx"
+    result = run_cli("build", "attention", "-o", out, "--inputs", inputs, "--tokens",
+                     "我,爱,AI", "--causal", "--layout", "blocks")
+    assert result.returncode == 0, result.stderr
+    assert "seq_len=3, d_model=2, d_k=2" in result.stdout  # sizes inferred from the inputs
+    wb = openpyxl.load_workbook(out)
+    ws = wb["Attention"]
+    labels = {c.value for row in ws.iter_rows() for c in row}
+    assert {"我", "爱", "AI"} <= labels
+    checked = run_cli("check", out, "--json")
+    assert checked.returncode == 0, checked.stdout
+    report = json.loads(checked.stdout)
+    assert report["passed"] and report["params"]["causal"] is True
+    assert {s["name"] for s in report["steps"]} >= {"Q", "SCORES", "MASK", "WEIGHTS", "OUTPUT"}
+
+
+def test_csv_input_and_seed(tmp_path):
+    (tmp_path / "x.csv").write_text("0.5,1\n2,-1\n")
+    out = tmp_path / "a.xlsx"
+    result = run_cli("build", "multihead", "-o", out, "--inputs", f"X={tmp_path / 'x.csv'}",
+                     "--heads", "1", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert run_cli("check", out).returncode == 0
+
+
+def test_check_reports_a_mismatch_with_exit_1_and_names_the_step(tmp_path):
+    path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
+    wb = openpyxl.load_workbook(path)
+    from workbook_builder.check import find_name
+
+    where = find_name(wb, "WEIGHTS", path)
+    cell = wb[where.sheet].cell(where.top + 2, where.left + 1)
+    cell.value = "=0.5"
+    wb.save(path)
+    result = run_cli("check", path)
+    assert result.returncode == 1
+    assert "FAILED: 2 of 10 steps; first: WEIGHTS" in result.stdout  # WEIGHTS and OUTPUT
+    assert f"Attention!{cell.coordinate}" in result.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["build", "nosuchkind", "-o", "{tmp}/a.xlsx"], "invalid choice: 'nosuchkind'"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--seq-len", "0"], "--seq-len must be"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--d-k", "-2"], "--d-k must be"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--seq-len", "x"], "invalid int value"),
+    (["build", "multihead", "-o", "{tmp}/a.xlsx", "--d-model", "5", "--heads", "2"],
+     "--heads 2 does not divide --d-model 5"),
+    (["build", "multihead", "-o", "{tmp}/a.xlsx", "--heads", "4", "--kv-heads", "3"],
+     "--kv-heads 3 does not divide --heads 4"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/bad_shape.json"],
+     "inputs disagree on d_model: X gives 2, W_Q gives 3"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/not.json"],
+     "not a readable JSON file"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/missing.json"],
+     "no such inputs file"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/text.json"],
+     "not a number"),
+    (["build", "attention", "-o", "{tmp}/a.xlsx", "--tokens", "a,b", "--seq-len", "4"],
+     "--tokens gives 2 labels but the sequence has 4"),
+    (["build", "attention", "-o", "{tmp}/nofolder/a.xlsx"], "no such folder"),
+    (["build", "attention", "-o", "{tmp}/a.csv"], "must end in .xlsx"),
+    (["check", "{tmp}/missing.xlsx"], "no such file"),
+    (["check", "{tmp}/not.json"], "is not an .xlsx workbook"),
+    (["check", "{tmp}/plain.xlsx"], "not an attnsheets workbook"),
+    (["check", "{tmp}/nameless.xlsx"], "lacks the defined name"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
+    (tmp_path / "bad_shape.json").write_text(json.dumps({"X": [[1, 2]] * 2,
+                                                         "W_Q": [[1, 2, 3]] * 3}))
+    (tmp_path / "not.json").write_text("{not json")
+    (tmp_path / "text.json").write_text(json.dumps({"X": [["a", 1]]}))
+    openpyxl.Workbook().save(tmp_path / "plain.xlsx")
+    nameless = build(tmp_path, "attention", {"seq_len": 2, "d_model": 2, "d_k": 2},
+                     name="nameless.xlsx")
+    wb = openpyxl.load_workbook(nameless)
+    del wb.defined_names["SCALED"]
+    wb.save(nameless)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_cli(*[a.format(tmp=tmp_path) for a in args])
+    assert needle in one_line_error(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_existing_output_is_kept_unless_force(tmp_path):
+    out = tmp_path / "a.xlsx"
+    out.write_bytes(b"my own notes")
+    result = run_cli("build", "attention", "-o", out)
+    assert "already exists; pass --force" in one_line_error(result)
+    assert out.read_bytes() == b"my own notes"
+    assert run_cli("build", "attention", "-o", out, "--force").returncode == 0
+    assert zipfile.is_zipfile(out)
+
+
+def test_python_dash_m_and_help_work():
+    result = run_cli("build", "multihead", "--help")
+    assert result.returncode == 0 and "--kv-heads" in result.stdout
+
+
+def test_demo_builds_checks_and_reruns_without_losing_edits(tmp_path):
+    out = tmp_path / "demo"
+    first = run_cli("demo", "--out", out)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "all checks pass" in first.stdout
+    books = sorted(out.glob("*.xlsx"))
+    assert any("attention" in b.name for b in books) and any("blocks" in b.name for b in books)
+    again = run_cli("demo", "--out", out)  # unchanged files may be rebuilt
+    assert again.returncode == 0
+    edited = books[0]
+    wb = openpyxl.load_workbook(edited)
+    wb.active["A2"] = "my lesson notes"
+    wb.save(edited)
+    refused = run_cli("demo", "--out", out)
+    assert edited.name in one_line_error(refused)
+    assert openpyxl.load_workbook(edited).active["A2"].value == "my lesson notes"

@@ -1,0 +1,48 @@
+"""Golden formula text: the exact formulas of tiny workbooks, compared with files in
+tests/golden/. After an intended change, regenerate with UPDATE_GOLDEN=1 and review the diff."""
+
+import os
+from pathlib import Path
+
+import openpyxl
+import pytest
+from conftest import build
+from openpyxl.worksheet.formula import ArrayFormula
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = {
+    "attention_n2_causal_cells": ("attention", {"seq_len": 2, "d_model": 2, "d_k": 1,
+                                                "causal": True}, "cells"),
+    "attention_n2_causal_blocks": ("attention", {"seq_len": 2, "d_model": 2, "d_k": 1,
+                                                 "causal": True}, "blocks"),
+    "multihead_n2_gqa_cells": ("multihead", {"seq_len": 2, "d_model": 2, "heads": 2,
+                                             "kv_heads": 1}, "cells"),
+}
+
+
+def formula_text(path: Path) -> str:
+    """One line per formula cell, plus the defined names, in sheet order."""
+    wb = openpyxl.load_workbook(path)
+    lines = []
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                value = cell.value
+                if isinstance(value, ArrayFormula):
+                    lines.append(f"{ws.title}!{value.ref} {{{value.text}}}")
+                elif isinstance(value, str) and value.startswith("="):
+                    lines.append(f"{ws.title}!{cell.coordinate} {value}")
+    for name, defined in sorted(wb.defined_names.items()):
+        lines.append(f"name {name} -> {defined.attr_text}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_formula_text_matches_golden(tmp_path, case):
+    kind, params, layout = CASES[case]
+    got = formula_text(build(tmp_path, kind, params, layout=layout))
+    golden = GOLDEN / f"{case}.txt"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(got, encoding="utf-8")
+    exp = golden.read_text(encoding="utf-8")
+    assert got == exp
