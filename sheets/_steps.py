@@ -41,10 +41,12 @@ def matmul_transposed(sheet: SheetWriter, name: str, equation: str, a: Block, b:
 
 
 def scale(sheet: SheetWriter, name: str, scores: Block, d_k: int, labels: Sequence,
-          explanation: str) -> Block:
-    """S / √d_k, with d_k written into the formula as the tutorial writes it."""
+          explanation: str, col_labels: Sequence | None = None) -> Block:
+    """S / √d_k, with d_k written into the formula as the tutorial writes it. Columns are
+    labelled like the rows unless `col_labels` is given (queries ≠ keys)."""
     return sheet.step_block(
-        name, f"S / √d_k   (d_k = {d_k})", scores.rows, scores.cols, labels, labels,
+        name, f"S / √d_k   (d_k = {d_k})", scores.rows, scores.cols, labels,
+        labels if col_labels is None else col_labels,
         cells=lambda i, j: f"={scores.cell(i, j)}/SQRT({d_k})",
         array=lambda me: f"={scores.whole()}/SQRT({d_k})",
         explanation=explanation)
@@ -69,10 +71,13 @@ def causal_mask(sheet: SheetWriter, n: int) -> Block:
 
 
 def softmax_steps(sheet: SheetWriter, scaled: Block, mask: Block | None, labels: Sequence,
-                  suffix: str = "") -> Block:
+                  suffix: str = "", col_labels: Sequence | None = None,
+                  over: str = "keys") -> Block:
     """The row softmax as visible steps: row max, shifted exp, row sum, divide.
-    Returns the WEIGHTS block."""
+    Rows are labelled `labels`, columns `col_labels` (default: the same). Returns the
+    WEIGHTS block."""
     n = scaled.rows
+    col_labels = labels if col_labels is None else col_labels
 
     def allowed_last(i: int) -> int:
         return i if mask is not None else scaled.cols - 1  # causal: keys 0..i
@@ -97,7 +102,7 @@ def softmax_steps(sheet: SheetWriter, scaled: Block, mask: Block | None, labels:
 
     exp = sheet.step_block(
         "EXP" + suffix, "P = exp(S − m)" + (" · mask" if mask is not None else ""), n,
-        scaled.cols, labels, labels, cells=exp_cell, array=exp_array,
+        scaled.cols, labels, col_labels, cells=exp_cell, array=exp_array,
         explanation="Exponential of each shifted score; masked entries are 0.")
 
     # ℓ_i = Σ_j p_ij
@@ -108,8 +113,8 @@ def softmax_steps(sheet: SheetWriter, scaled: Block, mask: Block | None, labels:
 
     # a_ij = p_ij / ℓ_i
     return sheet.step_block(
-        "WEIGHTS" + suffix, "A = P / ℓ", n, scaled.cols, labels, labels,
+        "WEIGHTS" + suffix, "A = P / ℓ", n, scaled.cols, labels, col_labels,
         cells=lambda i, j: f"={exp.cell(i, j)}/{row_sum.row(i)}",
         array=lambda me: f"={exp.whole()}/{row_sum.whole()}", heatmap=True,
-        explanation="Attention weights: each row is a probability distribution over the "
-                    "keys (sums to 1).")
+        explanation=f"Attention weights: each row is a probability distribution over the "
+                    f"{over} (sums to 1).")

@@ -44,7 +44,22 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     sheet.finish()
     _write_about(wb, BookSpec(kind.name, dataclasses.asdict(params), layout, tokens),
                  sorted(sheet.blocks))
+    for ws in wb.worksheets:
+        print_setup(ws, f"attnsheets — {kind.name} — {ws.title}")
     return wb
+
+
+def print_setup(ws, title: str) -> None:
+    """Landscape, one page wide, title in the header, gridlines and headings printed."""
+    ws.page_setup.orientation = "landscape"
+    ws.page_setup.paperSize = ws.PAPERSIZE_A4
+    ws.sheet_properties.pageSetUpPr.fitToPage = True
+    ws.page_setup.fitToWidth = 1
+    ws.page_setup.fitToHeight = 0
+    ws.print_options.gridLines = True
+    ws.print_options.headings = True
+    ws.oddHeader.center.text = title
+    ws.oddFooter.center.text = "page &P of &N"
 
 
 def _write_about(wb: Workbook, spec: BookSpec, names: list[str]) -> None:
@@ -109,13 +124,26 @@ def check_writable(path: Path, force: bool) -> None:
         raise UserError(f"{path} already exists; pass --force to replace it")
 
 
-def save_atomic(wb: Workbook, path: Path) -> None:
-    """Write beside the target and rename, so a failure never leaves a partial file."""
-    fd, tmp = tempfile.mkstemp(suffix=".xlsx.tmp", dir=path.parent)
-    os.close(fd)
+def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> None:
+    """Write beside the target and rename, so a failure never leaves a partial file.
+    With `with_values`, every formula cell also carries the value the `formulas` engine
+    computes from the workbook's own formulas, for previews and `data_only` readers."""
+    from workbook_builder.cached_values import store_values
+    from workbook_builder.evaluate import evaluate_with_formulas
+
+    wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
+    temps = []
     try:
-        wb.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        for _ in range(2):
+            fd, tmp = tempfile.mkstemp(prefix=".attnsheets-", suffix=".xlsx", dir=path.parent)
+            os.close(fd)
+            temps.append(Path(tmp))
+        wb.save(temps[0])
+        if with_values:
+            store_values(temps[0], temps[1], evaluate_with_formulas(temps[0]))
+            os.replace(temps[1], path)
+        else:
+            os.replace(temps[0], path)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)

@@ -1,6 +1,5 @@
 """From parameters and inputs to a saved workbook."""
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,8 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
                    given: dict[str, np.ndarray], tokens: list[str] | None):
     """Defaults, then sizes implied by given inputs and tokens, then explicit flags."""
     values: dict[str, Any] = {}
-    fields = {f.name for f in dataclasses.fields(kind.Params)}
-    if tokens is not None and "seq_len" in fields:
-        values["seq_len"] = len(tokens)
+    if tokens is not None:
+        values.update(kind.params_from_tokens(tokens))
     values.update(kind.infer_params(given))
     values.update(explicit)
     return make_params(kind, values)

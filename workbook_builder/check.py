@@ -18,6 +18,7 @@ from openpyxl.workbook.workbook import Workbook
 from workbook_builder.book import open_workbook, read_spec, spec_kind_params
 from workbook_builder.errors import UserError
 from workbook_builder.evaluate import CellValues, evaluate_with_formulas
+from workbook_builder.libreoffice import evaluate_with_libreoffice
 from workbook_builder.refs import cell_ref, parse_range
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
@@ -25,7 +26,8 @@ from workbook_builder.refs import cell_ref, parse_range
 RELATIVE_TOLERANCE = 1e-9
 
 Engine = Callable[[Path], CellValues]
-ENGINES: dict[str, Engine] = {"formulas": evaluate_with_formulas}
+ENGINES: dict[str, Engine] = {"formulas": evaluate_with_formulas,
+                              "libreoffice": evaluate_with_libreoffice}
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues) -
                 worst, worst_cell = error, where.address(i, j)
     problem = bad
     if missing:
-        problem = (f"{missing} cell(s) missing from the engine's solution "
+        problem = (f"{missing} cell(s) left without a value by the engine "
                    f"(a reference cycle?)" + (f"; {bad}" if bad else ""))
     passed = not problem and worst <= tolerance
     return StepResult(where.name, cells, worst if worst >= 0 else None, worst_cell, tolerance,
@@ -196,4 +198,32 @@ def format_report(report: CheckReport) -> str:
                      f"{failed[0]} ({report.seconds:.1f} s)")
     else:
         lines.append(f"  all {len(report.steps)} steps pass ({report.seconds:.1f} s)")
+    return "\n".join(lines)
+
+
+def format_side_by_side(reports: list[CheckReport]) -> str:
+    """One file checked by several engines: one row per step, one error column each."""
+    first = reports[0]
+    width = max(len(step.name) for step in first.steps)
+    engines = [r.engine for r in reports]
+    lines = [f"{first.path}: kind {first.kind}, layout {first.layout}, engines "
+             f"{' + '.join(engines)}",
+             f"  {'step':<{width}}  {'cells':>6}  "
+             + "  ".join(f"{e + ' max|err|':>22}" for e in engines) + "  result"]
+    for i, step in enumerate(first.steps):
+        row = [r.steps[i] for r in reports]
+        errors = []
+        for r, result in zip(reports, row, strict=True):
+            shown = "-" if result.max_abs_error is None else f"{result.max_abs_error:.2e}"
+            errors.append(f"{shown if result.passed else shown + ' FAIL':>22}")
+            if result.problem:
+                errors[-1] = f"{'FAIL':>22}"
+        verdict = "pass" if all(r.passed for r in row) else "FAIL" + "".join(
+            f" ({r.engine}: {res.problem or res.worst_cell})"
+            for r, res in zip(reports, row, strict=True) if not res.passed)
+        lines.append(f"  {step.name:<{width}}  {step.cells:>6}  " + "  ".join(errors)
+                     + f"  {verdict}")
+    timing = ", ".join(f"{r.engine} {r.seconds:.1f} s" for r in reports)
+    passed = all(r.passed for r in reports)
+    lines.append(f"  {'all steps pass in every engine' if passed else 'FAILED'} ({timing})")
     return "\n".join(lines)

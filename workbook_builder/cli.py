@@ -64,7 +64,7 @@ def _parser() -> Parser:
                          help="a JSON file mapping input names to lists of rows, or "
                               "NAME=file.csv; repeatable; inputs not given are drawn "
                               "from the seed")
-        sub.add_argument("--tokens", help='comma-separated row labels, e.g. "我,爱,AI"')
+        sub.add_argument("--tokens", help=kind.tokens_help)
         sub.add_argument("--layout", choices=LAYOUTS, default="cells",
                          help="cells: one formula per cell (default, best to read); "
                               "blocks: one array formula per step (compact, fast)")
@@ -74,6 +74,17 @@ def _parser() -> Parser:
                                 "with the NumPy reference")
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--engine", choices=("formulas", "libreoffice", "all"),
+                       default="formulas", help="which spreadsheet engine evaluates the "
+                       "formulas: the `formulas` package (default), LibreOffice headless, "
+                       "or both side by side")
+
+    pdf = commands.add_parser("pdf", help="export a workbook to a printable PDF "
+                              "(needs LibreOffice)")
+    pdf.add_argument("file", type=Path, metavar="FILE")
+    pdf.add_argument("-o", "--output", type=Path, metavar="OUT.pdf",
+                     help="default: FILE with .pdf")
+    pdf.add_argument("--force", action="store_true", help="replace an existing PDF")
 
     demo = commands.add_parser("demo", help="build and check a demo workbook of every kind")
     demo.add_argument("--out", type=Path, default=Path("demo"), metavar="DIR",
@@ -125,15 +136,36 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from workbook_builder.check import check_workbook, format_report
+    from workbook_builder.check import check_workbook, format_report, format_side_by_side
 
-    reports = [check_workbook(path) for path in args.files]
+    engines = ["formulas", "libreoffice"] if args.engine == "all" else [args.engine]
+    per_file = [[check_workbook(path, engine) for engine in engines] for path in args.files]
+    reports = [r for group in per_file for r in group]
     if args.json:
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2, ensure_ascii=False))
-    else:
+    elif len(engines) == 1:
         print("\n".join(format_report(r) for r in reports))
+    else:
+        print("\n".join(format_side_by_side(group) for group in per_file))
     return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
+
+
+def _cmd_pdf(args) -> int:
+    from workbook_builder.book import open_workbook, read_spec
+    from workbook_builder.libreoffice import export_pdf
+
+    read_spec(open_workbook(args.file), args.file)  # only our workbooks
+    output = args.output or args.file.with_suffix(".pdf")
+    if output.suffix.lower() != ".pdf":
+        raise UserError(f"{output}: the output name must end in .pdf")
+    if not output.parent.exists():
+        raise UserError(f"{output.parent}: no such folder (create it first)")
+    if output.exists() and not args.force:
+        raise UserError(f"{output} already exists; pass --force to replace it")
+    export_pdf(args.file, output)
+    print(f"wrote {output}")
+    return EXIT_OK
 
 
 def _cmd_demo(args) -> int:
@@ -149,7 +181,7 @@ def _cmd_reproduce(args) -> int:
 
 
 COMMANDS = {"list": _cmd_list, "build": _cmd_build, "check": _cmd_check,
-            "demo": _cmd_demo, "reproduce": _cmd_reproduce}
+            "pdf": _cmd_pdf, "demo": _cmd_demo, "reproduce": _cmd_reproduce}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,6 +90,14 @@ class Kind:
             raise UserError(f"--tokens gives {len(tokens)} labels but the sequence has {n}")
         return tokens
 
+    tokens_help: ClassVar[str] = 'comma-separated row labels, e.g. "我,爱,AI"'
+
+    @classmethod
+    def params_from_tokens(cls, tokens: list[str]) -> dict[str, Any]:
+        """Sizes implied by --tokens, used where no flag sets them."""
+        names = {f.name for f in dataclasses.fields(cls.Params)}
+        return {"seq_len": len(tokens)} if "seq_len" in names else {}
+
     @classmethod
     def sequence_length(cls, params) -> int:
         return params.seq_len

@@ -1,0 +1,95 @@
+"""Stores each formula cell's evaluated value in the .xlsx, beside its formula.
+
+openpyxl writes formulas with empty values, so file previews, pandas and
+`openpyxl.load_workbook(data_only=True)` would show nothing. The values written here come
+from evaluating the workbook's own formulas with the `formulas` engine (never from the
+NumPy reference); Excel and LibreOffice still recalculate on open.
+
+openpyxl's sheet XML is regular (`<c r="B15" s="8"><f>…</f><v></v></c>`, array-range
+members as empty styled cells), so a streaming rewrite of the `<c>` elements is enough.
+"""
+
+import math
+import re
+import zipfile
+from pathlib import Path, PurePosixPath
+from xml.sax.saxutils import escape
+
+from workbook_builder.evaluate import CellValues
+from workbook_builder.refs import parse_cell, parse_range
+
+_CELL = re.compile(r'<c r="([A-Z]+\d+)"([^>]*?)(?:/>|>(.*?)</c>)', re.S)
+_ARRAY_REF = re.compile(r'<f t="array" ref="([A-Z]+\d+(?::[A-Z]+\d+)?)"')
+_SHEET = re.compile(r'<sheet [^>]*name="([^"]+)"[^>]*r:id="([^"]+)"')
+_REL = re.compile(r'<Relationship [^>]*Id="([^"]+)"[^>]*Target="([^"]+)"|'
+                  r'<Relationship [^>]*Target="([^"]+)"[^>]*Id="([^"]+)"')
+
+
+def _sheet_parts(book: zipfile.ZipFile) -> dict[str, str]:
+    """Sheet title -> path of its XML part inside the zip."""
+    rels = {}
+    for match in _REL.finditer(book.read("xl/_rels/workbook.xml.rels").decode()):
+        rel_id, target = (match.group(1), match.group(2)) if match.group(1) else \
+            (match.group(4), match.group(3))
+        rels[rel_id] = target
+    parts = {}
+    for title, rel_id in _SHEET.findall(book.read("xl/workbook.xml").decode()):
+        target = rels[rel_id]
+        parts[_unescape(title)] = target.lstrip("/") if target.startswith("/") else \
+            str(PurePosixPath("xl") / target)
+    return parts
+
+
+def _unescape(text: str) -> str:
+    return (text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
+            .replace("&apos;", "'").replace("&amp;", "&"))
+
+
+def _typed(value) -> tuple[str, str] | None:
+    """(t attribute, <v> text) for a value, or None when there is nothing to store."""
+    if isinstance(value, bool):
+        return "b", "1" if value else "0"
+    if isinstance(value, int | float):
+        return ("n", repr(float(value))) if math.isfinite(value) else ("e", "#NUM!")
+    if isinstance(value, str):
+        return "str", escape(value)
+    if value is None:
+        return None
+    return "e", escape(str(value))  # the engine's error values (XlError) print as '#NUM!'
+
+
+def _rewrite_sheet(xml: str, sheet: str, values: CellValues) -> str:
+    members = set()
+    for ref in _ARRAY_REF.findall(xml):
+        top, left, bottom, right = parse_range(ref)
+        members.update((r, c) for r in range(top, bottom + 1) for c in range(left, right + 1))
+
+    def replace(match: re.Match) -> str:
+        ref, attrs, body = match.group(1), match.group(2), match.group(3) or ""
+        row, col = parse_cell(ref)
+        formula = re.match(r"<f[^>]*(?:/>|>.*?</f>)", body, re.S)
+        if formula is None and (row, col) not in members:
+            return match.group(0)
+        typed = _typed(values.get((sheet.upper(), row, col)))
+        if typed is None:
+            return match.group(0)
+        kind, text = typed
+        attrs = re.sub(r'\s+t="[^"]*"', "", attrs)
+        type_attr = "" if kind == "n" else f' t="{kind}"'
+        return (f'<c r="{ref}"{attrs}{type_attr}>{formula.group(0) if formula else ""}'
+                f"<v>{text}</v></c>")
+
+    return _CELL.sub(replace, xml)
+
+
+def store_values(source: Path, target: Path, values: CellValues) -> None:
+    """Copy the workbook `source` to `target` with every formula cell's value stored."""
+    with zipfile.ZipFile(source) as book, \
+            zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        parts = {part: title for title, part in _sheet_parts(book).items()}
+        for info in book.infolist():
+            data = book.read(info.filename)
+            if info.filename in parts:
+                data = _rewrite_sheet(data.decode("utf-8"), parts[info.filename],
+                                      values).encode("utf-8")
+            out.writestr(info, data)

@@ -1,0 +1,88 @@
+"""LibreOffice as a second, independent spreadsheet engine, run headless.
+
+It recalculates with a private profile that forces a full recalculation on load, so values
+cached in the file are never trusted (engines.md §4: the shipped default keeps them).
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import openpyxl
+
+from workbook_builder.errors import UserError
+from workbook_builder.evaluate import CellValues
+
+INSTALL_HINT = "apt-get install libreoffice-calc-nogui"
+TIMEOUT_S = 600
+
+_RECALC_ALWAYS = """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry"
+ xmlns:xs="http://www.w3.org/2001/XMLSchema"
+ xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode"
+ oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="ODFRecalcMode"
+ oor:op="fuse"><value>0</value></prop></item>
+</oor:items>
+"""
+
+
+def soffice_path() -> str | None:
+    return shutil.which("soffice") or shutil.which("libreoffice")
+
+
+def _require_soffice() -> str:
+    path = soffice_path()
+    if path is None:
+        raise UserError(f"LibreOffice is not installed ({INSTALL_HINT}); "
+                        f"use --engine formulas instead")
+    return path
+
+
+def convert(path: Path, target_format: str, outdir: Path) -> Path:
+    """Open `path` in headless LibreOffice (recalculating everything) and save it as
+    `target_format` ('xlsx' or 'pdf') in `outdir`; returns the new file."""
+    soffice = _require_soffice()
+    with tempfile.TemporaryDirectory(prefix="attnsheets-lo-") as profile:
+        user = Path(profile) / "user"
+        user.mkdir()
+        (user / "registrymodifications.xcu").write_text(_RECALC_ALWAYS)
+        command = [soffice, "--headless", "--norestore", "--nologo", "--nolockcheck",
+                   f"-env:UserInstallation={Path(profile).as_uri()}",
+                   "--convert-to", target_format, "--outdir", str(outdir), str(path)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True,
+                                  timeout=TIMEOUT_S, env={**os.environ, "HOME": profile})
+        except subprocess.TimeoutExpired:
+            raise UserError(f"LibreOffice did not finish with {path} within "
+                            f"{TIMEOUT_S} s") from None
+    result = outdir / f"{path.stem}.{target_format}"
+    if not result.exists():  # soffice exits 0 even when it converts nothing
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        raise UserError(f"LibreOffice could not convert {path}"
+                        + (f" ({detail[-1]})" if detail else ""))
+    return result
+
+
+def evaluate_with_libreoffice(path: Path) -> CellValues:
+    """Every cell value after LibreOffice recalculated the workbook."""
+    with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
+        recalculated = convert(path, "xlsx", Path(outdir))
+        wb = openpyxl.load_workbook(recalculated, data_only=True)
+        values: CellValues = {}
+        for ws in wb.worksheets:
+            for row in ws.iter_rows():
+                for cell in row:
+                    if cell.value is not None:
+                        values[(ws.title.upper(), cell.row, cell.column)] = cell.value
+        return values
+
+
+def export_pdf(path: Path, output: Path) -> None:
+    """A printable PDF of every sheet, written atomically."""
+    with tempfile.TemporaryDirectory(prefix="attnsheets-pdf-", dir=output.parent) as outdir:
+        pdf = convert(path, "pdf", Path(outdir))
+        os.replace(pdf, output)
