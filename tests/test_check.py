@@ -111,3 +111,16 @@ def test_check_values_equal_the_reference_of_the_edited_inputs(tmp_path):
     a = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(got, a @ v, rtol=1e-12)
     assert check_workbook(path).passed
+
+
+def test_extra_defined_names_that_look_like_cells_are_ignored(tmp_path):
+    """A teacher's own name such as RESID1 (letters + digits) must not upset the engine's
+    result parsing."""
+    from openpyxl.workbook.defined_name import DefinedName
+
+    path = build(tmp_path, "attention", {"seq_len": 2, "d_model": 2, "d_k": 2})
+    wb = openpyxl.load_workbook(path)
+    wb.defined_names["RESID1"] = DefinedName("RESID1", attr_text="'Attention'!$A$1")
+    wb["Attention"]["A2"] = "=SUM(RESID1)"
+    wb.save(path)
+    assert check_workbook(path).passed

@@ -23,7 +23,7 @@ class Parser(argparse.ArgumentParser):
 def _add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
     """One flag per Params field: seq_len -> --seq-len; bools are switches."""
     for f in dataclasses.fields(params_class):
-        flag = "--" + f.name.replace("_", "-")
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
         help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else None
         if f.type is bool:

@@ -13,7 +13,9 @@ import numpy as np
 from workbook_builder.refs import parse_range
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
-_KEY = re.compile(r"^'?\[[^\]]*\](?P<sheet>.*?)'?!(?P<range>[A-Z]+\d+(?::[A-Z]+\d+)?)$")
+# (defined names appear as "'[book.xlsx]'!NAME": no sheet, and skipped)
+_KEY = re.compile(r"^'?\[[^\]]*\](?P<sheet>.+?)'?!"
+                  r"(?P<range>[A-Z]{1,3}\d+(?::[A-Z]{1,3}\d+)?)$")
 
 CellValues = dict[tuple[str, int, int], Any]  # (SHEET upper-cased, row, col) -> value
 

@@ -45,6 +45,11 @@ def _require_soffice() -> str:
 def convert(path: Path, target_format: str, outdir: Path) -> Path:
     """Open `path` in headless LibreOffice (recalculating everything) and save it as
     `target_format` ('xlsx' or 'pdf') in `outdir`; returns the new file."""
+    return convert_many([path], target_format, outdir)[0]
+
+
+def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Path]:
+    """`convert` for several files in one LibreOffice start (start-up dominates)."""
     soffice = _require_soffice()
     with tempfile.TemporaryDirectory(prefix="attnsheets-lo-") as profile:
         user = Path(profile) / "user"
@@ -52,33 +57,38 @@ def convert(path: Path, target_format: str, outdir: Path) -> Path:
         (user / "registrymodifications.xcu").write_text(_RECALC_ALWAYS)
         command = [soffice, "--headless", "--norestore", "--nologo", "--nolockcheck",
                    f"-env:UserInstallation={Path(profile).as_uri()}",
-                   "--convert-to", target_format, "--outdir", str(outdir), str(path)]
+                   "--convert-to", target_format, "--outdir", str(outdir),
+                   *map(str, paths)]
         try:
             done = subprocess.run(command, capture_output=True, text=True,
                                   timeout=TIMEOUT_S, env={**os.environ, "HOME": profile})
         except subprocess.TimeoutExpired:
-            raise UserError(f"LibreOffice did not finish with {path} within "
-                            f"{TIMEOUT_S} s") from None
-    result = outdir / f"{path.stem}.{target_format}"
-    if not result.exists():  # soffice exits 0 even when it converts nothing
-        detail = (done.stderr or done.stdout).strip().splitlines()
-        raise UserError(f"LibreOffice could not convert {path}"
-                        + (f" ({detail[-1]})" if detail else ""))
-    return result
+            raise UserError(f"LibreOffice did not finish within {TIMEOUT_S} s") from None
+    results = [outdir / f"{path.stem}.{target_format}" for path in paths]
+    for path, result in zip(paths, results, strict=True):
+        if not result.exists():  # soffice exits 0 even when it converts nothing
+            detail = (done.stderr or done.stdout).strip().splitlines()
+            raise UserError(f"LibreOffice could not convert {path}"
+                            + (f" ({detail[-1]})" if detail else ""))
+    return results
+
+
+def read_values(path: Path) -> CellValues:
+    """The values a spreadsheet application saved in the file."""
+    wb = openpyxl.load_workbook(path, data_only=True)
+    values: CellValues = {}
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                if cell.value is not None:
+                    values[(ws.title.upper(), cell.row, cell.column)] = cell.value
+    return values
 
 
 def evaluate_with_libreoffice(path: Path) -> CellValues:
     """Every cell value after LibreOffice recalculated the workbook."""
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
-        recalculated = convert(path, "xlsx", Path(outdir))
-        wb = openpyxl.load_workbook(recalculated, data_only=True)
-        values: CellValues = {}
-        for ws in wb.worksheets:
-            for row in ws.iter_rows():
-                for cell in row:
-                    if cell.value is not None:
-                        values[(ws.title.upper(), cell.row, cell.column)] = cell.value
-        return values
+        return read_values(convert(path, "xlsx", Path(outdir)))
 
 
 def export_pdf(path: Path, output: Path) -> None:

@@ -1,0 +1,42 @@
+"""Sliding-window attention with global tokens (Longformer, Beltagy et al. 2020), one head.
+
+Glossary: w one-sided window (the allenai convention: keys on each side), G the set of
+global positions (0-based). Query i may see key j when |i − j| ≤ w, or i ∈ G (a global token
+attends to all), or j ∈ G (every token attends to a global token). One projection serves
+local and global attention (Longformer proper has separate global projections).
+Q = X·W_Q, K = X·W_K, V = X·W_V; S = Q·Kᵀ/√d_k; A = softmax over the allowed keys; O = A·V.
+"""
+
+import numpy as np
+
+from reference.softmax import masked_softmax_steps
+
+
+def parse_global(text: str) -> list[int]:
+    """'0,5' -> [0, 5] (sorted, duplicates dropped); '' -> []."""
+    return sorted({int(part) for part in text.split(",") if part.strip()})
+
+
+def window_allowed(n: int, window: int, global_positions: list[int]) -> np.ndarray:
+    """allowed_ij = |i − j| ≤ w  or  i ∈ G  or  j ∈ G."""
+    positions = np.arange(n)
+    allowed = np.abs(positions[None, :] - positions[:, None]) <= window
+    is_global = np.isin(positions, global_positions)
+    return allowed | is_global[:, None] | is_global[None, :]
+
+
+def sliding_window_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
+    x = inputs["X"]
+    n = x.shape[0]
+    q, k, v = x @ inputs["W_Q"], x @ inputs["W_K"], x @ inputs["W_V"]
+    scores = q @ k.T                                  # S = Q·Kᵀ  (n×n)
+    scaled = scores / np.sqrt(q.shape[1])
+    global_positions = parse_global(params.global_tokens)
+    allowed = window_allowed(n, params.window, global_positions)
+    steps = {"Q": q, "K": k, "V": v, "SCORES": scores, "SCALED": scaled}
+    if global_positions:
+        steps["GLOBAL"] = np.isin(np.arange(n), global_positions).astype(float)[:, None]
+    steps["MASK"] = allowed.astype(float)
+    steps.update(masked_softmax_steps(scaled, allowed))
+    steps["OUTPUT"] = steps["WEIGHTS"] @ v            # O = A·V
+    return steps

@@ -1,0 +1,187 @@
+"""Kind `linear`: linear attention with the feature map φ(x) = elu(x) + 1.
+
+    Q = X·W_Q   K = X·W_K   V = X·W_V   φ(x) = IF(x>0, x+1, EXP(x))
+    non-causal:  KV = φ(K)ᵀ·V   z = Σ_j φ(K_j)   O_i = φ(Q_i)·KV / (φ(Q_i)·z + eps)
+    causal:      S_i = S_{i−1} + φ(K_i)ᵀ·V_i   z_i = z_{i−1} + φ(K_i)
+                 O_i = φ(Q_i)·S_i / (φ(Q_i)·z_i + eps)        eps = 1E-06
+"""
+
+from dataclasses import dataclass, field
+
+from reference.linear import linear_ref
+from sheets._steps import dims, matmul
+from workbook_builder.kind import Kind
+from workbook_builder.refs import range_ref
+
+EPS = "1E-06"  # fast-transformers' default, written with a signed exponent
+
+
+@dataclass(frozen=True)
+class LinearParams:
+    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
+    d_model: int = field(default=4, metadata={"help": "embedding width (columns of X)"})
+    d_k: int = field(default=3, metadata={"help": "feature width (columns of W_Q, W_K)"})
+    d_v: int | None = field(default=None, metadata={
+        "help": "value width (columns of W_V); default d_k"})
+    causal: bool = field(default=False, metadata={
+        "help": "running state S_i, z_i down the rows (query i sees keys j ≤ i)"})
+
+    @property
+    def value_width(self) -> int:
+        return self.d_k if self.d_v is None else self.d_v
+
+
+class Linear(Kind):
+    name = "linear"
+    summary = "linear attention φ(Q)(φ(K)ᵀV), φ = elu+1; --causal: running state (RNN view)"
+    sheet_title = "Linear"
+    Params = LinearParams
+    reference = staticmethod(linear_ref)
+    test_cases = [
+        {"seq_len": 4, "d_model": 3, "d_k": 2},
+        {"seq_len": 5, "d_model": 4, "d_k": 3, "d_v": 2, "causal": True},
+        {"seq_len": 1, "d_model": 2, "d_k": 2, "causal": True},
+    ]
+    demo_cases = [
+        ("linear", {"seq_len": 5, "d_model": 4, "d_k": 3}),
+        ("linear_causal", {"seq_len": 5, "d_model": 4, "d_k": 3, "causal": True}),
+    ]
+
+    @classmethod
+    def input_shapes(cls, p):
+        return {"X": (p.seq_len, p.d_model), "W_Q": (p.d_model, p.d_k),
+                "W_K": (p.d_model, p.d_k), "W_V": (p.d_model, p.value_width)}
+
+    @classmethod
+    def infer_params(cls, given):
+        sizes = {}
+        if "X" in given:
+            sizes["seq_len"], sizes["d_model"] = given["X"].shape
+        for name in ("W_Q", "W_K"):
+            if name in given:
+                sizes["d_model"], sizes["d_k"] = given[name].shape
+        if "W_V" in given:
+            sizes["d_v"] = given["W_V"].shape[1]
+        return sizes
+
+    @classmethod
+    def lay_out(cls, sheet, p, inputs, tokens):
+        model_dims, key_dims = dims("d", p.d_model), dims("k", p.d_k)
+        value_dims = dims("v", p.value_width)
+        sheet.text("Step 1 — inputs: token rows X and the projection weights", bold=True)
+        with sheet.band():
+            x = sheet.input_block("X", inputs["X"], "token embeddings", tokens, model_dims)
+            wq = sheet.input_block("W_Q", inputs["W_Q"], "query weights", model_dims, key_dims)
+            wk = sheet.input_block("W_K", inputs["W_K"], "key weights", model_dims, key_dims)
+            wv = sheet.input_block("W_V", inputs["W_V"], "value weights", model_dims,
+                                   value_dims)
+        sheet.text("Step 2 — queries, keys, values", bold=True)
+        with sheet.band():
+            q = matmul(sheet, "Q", "Q = X·W_Q", x, wq, tokens, key_dims)
+            k = matmul(sheet, "K", "K = X·W_K", x, wk, tokens, key_dims)
+            v = matmul(sheet, "V", "V = X·W_V", x, wv, tokens, value_dims)
+        sheet.text("Step 3 — feature map φ(x) = elu(x) + 1 (positive, so no softmax is "
+                   "needed)", bold=True)
+        with sheet.band():
+            phi_q = _feature_map(sheet, "PHI_Q", "φ(Q)", q, tokens, key_dims)
+            phi_k = _feature_map(sheet, "PHI_K", "φ(K)", k, tokens, key_dims)
+        if p.causal:
+            numer, denom = _causal(sheet, p, phi_q, phi_k, v, tokens, key_dims, value_dims)
+        else:
+            numer, denom = _non_causal(sheet, phi_q, phi_k, v, tokens, key_dims, value_dims)
+        sheet.text("Step 5 — divide: each output row is a weighted average of value rows",
+                   bold=True)
+        sheet.step_block(
+            "OUTPUT", "O = NUMER / DENOM", p.seq_len, p.value_width, tokens, value_dims,
+            cells=lambda i, j: f"={numer.cell(i, j)}/{denom.row(i)}",
+            array=lambda me: f"={numer.whole()}/{denom.whole()}")
+
+
+def _feature_map(sheet, name, equation, src, labels, col_labels):
+    """φ(x) = x + 1 for x > 0, exp(x) otherwise (elu with α = 1, plus 1)."""
+    return sheet.step_block(
+        name, f"{equation} = IF(x>0, x+1, EXP(x))", src.rows, src.cols, labels, col_labels,
+        cells=lambda i, j: f"=IF({src.cell(i, j)}>0,{src.cell(i, j)}+1,EXP({src.cell(i, j)}))",
+        array=lambda me: f"=IF({src.whole()}>0,{src.whole()}+1,EXP({src.whole()}))",
+        explanation="elu(x)+1: a positive feature map standing in for exp(q·k).")
+
+
+def _non_causal(sheet, phi_q, phi_k, v, tokens, key_dims, value_dims):
+    sheet.text("Step 4 — summarise all keys and values once: KV = φ(K)ᵀ·V and "
+               "z = Σ_j φ(K_j); cost grows with n, not n²", bold=True)
+    with sheet.band():
+        # KV_ab = Σ_j φ(K)_ja · V_jb
+        kv = sheet.step_block(
+            "KV", "KV = φ(K)ᵀ·V", phi_k.cols, v.cols, key_dims, value_dims,
+            cells=lambda a, b: f"=SUMPRODUCT({phi_k.col(a)},{v.col(b)})",
+            array=lambda me: f"=MMULT(TRANSPOSE({phi_k.whole()}),{v.whole()})",
+            explanation="Every key's feature vector times its value, summed over tokens.")
+        # z_a = Σ_j φ(K)_ja
+        z = sheet.step_block(
+            "Z", "z = Σ_j φ(K_j)", 1, phi_k.cols, ["Σ"], key_dims,
+            cells=lambda i, a: f"=SUM({phi_k.col(a)})",
+            explanation="The normaliser: the keys' feature vectors summed.")
+        numer = matmul(sheet, "NUMER", "φ(Q)·KV", phi_q, kv, tokens, value_dims)
+        # d_i = φ(Q_i)·z + eps
+        denom = sheet.step_block(
+            "DENOM", f"φ(Q_i)·z + {EPS}", phi_q.rows, 1, tokens, ["denom"],
+            cells=lambda i, j: f"=SUMPRODUCT({phi_q.row(i)},{z.row(0)})+{EPS}",
+            explanation="Sum of the (unnormalised) weights of row i, plus eps.")
+    return numer, denom
+
+
+def _causal(sheet, p, phi_q, phi_k, v, tokens, key_dims, value_dims):
+    n, d_k = p.seq_len, p.d_k
+    sheet.text("Step 4 — the RNN view: a running state S_i (d_k×d_v, stacked down the "
+               "rows) and normaliser z_i, each updated once per token", bold=True)
+    state_labels = [f"{t}:k{a + 1}" for t in tokens for a in range(d_k)]
+    with sheet.band():
+        # S_i[a, b] = S_{i−1}[a, b] + φ(K_i)_a · V_ib ; block row i·d_k + a
+        def state_cell(r, b):
+            i, a = divmod(r, d_k)
+            new = f"{phi_k.cell(i, a)}*{v.cell(i, b)}"
+            return f"={sheet.current.cell(r - d_k, b)}+{new}" if i else f"={new}"
+
+        def state_row(r, me):
+            i, a = divmod(r, d_k)
+            new = f"{phi_k.cell(i, a)}*{v.row(i)}"
+            return f"={me.row(r - d_k)}+{new}" if i else f"={new}"
+
+        state = sheet.step_block(
+            "STATE", "S_i = S_{i−1} + φ(K_i)ᵀ·V_i", n * d_k, v.cols, state_labels,
+            value_dims, cells=state_cell, row_array=state_row, corner="token:row",
+            explanation="Rows t:k1 … t:k_d hold S_t = Σ_{j≤t} φ(K_j)ᵀV_j, the d_k×d_v "
+                        "memory after reading token t.")
+
+        # z_i = z_{i−1} + φ(K_i)
+        def z_cell(i, a):
+            prev = f"{sheet.current.cell(i - 1, a)}+" if i else ""
+            return f"={prev}{phi_k.cell(i, a)}"
+
+        def z_row(i, me):
+            prev = f"{me.row(i - 1)}+" if i else ""
+            return f"={prev}{phi_k.row(i)}"
+
+        z = sheet.step_block(
+            "Z", "z_i = z_{i−1} + φ(K_i)", n, d_k, tokens, key_dims, cells=z_cell,
+            row_array=z_row, explanation="Running sum of the keys' feature vectors.")
+
+        def state_of(i, first=0, last=None):
+            """S_i as a range (rows i·d_k … (i+1)·d_k − 1, columns first … last)."""
+            last = state.cols - 1 if last is None else last
+            return range_ref(state.top + i * d_k, state.left + first,
+                             state.top + (i + 1) * d_k - 1, state.left + last,
+                             fix_row=True, fix_col=True)
+
+        # NUMER_i = φ(Q_i)·S_i
+        numer = sheet.step_block(
+            "NUMER", "φ(Q_i)·S_i", n, v.cols, tokens, value_dims,
+            cells=lambda i, b: f"=MMULT({phi_q.row(i)},{state_of(i, b, b)})",
+            row_array=lambda i, me: f"=MMULT({phi_q.row(i)},{state_of(i)})",
+            explanation="Query i reads the memory as it stood after token i.")
+        # d_i = φ(Q_i)·z_i + eps
+        denom = sheet.step_block(
+            "DENOM", f"φ(Q_i)·z_i + {EPS}", n, 1, tokens, ["denom"],
+            cells=lambda i, j: f"=SUMPRODUCT({phi_q.row(i)},{z.row(i)})+{EPS}",
+            explanation="Sum of the (unnormalised) weights of keys j ≤ i, plus eps.")
+    return numer, denom

@@ -1,0 +1,91 @@
+"""`encoder-block`: the reference against `nn.TransformerEncoderLayer` (post- and pre-LN,
+ReLU and tanh-GELU), and bad parameters on the command line."""
+
+import numpy as np
+import pytest
+from conftest import requires_torch, run_cli
+
+from reference.encoder_block import encoder_block_ref, gelu_tanh
+from sheets.encoder_block import EncoderBlock, EncoderBlockParams
+
+
+def _torch_layer(inputs, params):
+    """The PyTorch layer holding the same weights (torch stores W transposed)."""
+    import torch
+    import torch.nn.functional as F
+
+    act = F.relu if params.activation == "relu" else (
+        lambda t: F.gelu(t, approximate="tanh"))
+    layer = torch.nn.TransformerEncoderLayer(
+        params.d_model, params.heads, params.d_ff, dropout=0.0, activation=act,
+        batch_first=True, norm_first=params.pre_ln, dtype=torch.float64).eval()
+    t = {name: torch.tensor(value) for name, value in inputs.items()}
+    with torch.no_grad():
+        attn = layer.self_attn
+        attn.in_proj_weight.copy_(torch.cat([t["W_Q"].T, t["W_K"].T, t["W_V"].T]))
+        attn.in_proj_bias.copy_(torch.cat([t["B_Q"][0], t["B_K"][0], t["B_V"][0]]))
+        for module, w, b in [(attn.out_proj, "W_O", "B_O"), (layer.linear1, "W_1", "B_1"),
+                             (layer.linear2, "W_2", "B_2")]:
+            module.weight.copy_(t[w].T)
+            module.bias.copy_(t[b][0])
+        for module, which in [(layer.norm1, "LN1"), (layer.norm2, "LN2")]:
+            assert module.eps == 1e-5
+            module.weight.copy_(t[which + "_GAMMA"][0])
+            module.bias.copy_(t[which + "_BETA"][0])
+    return layer
+
+
+@requires_torch
+@pytest.mark.parametrize("pre_ln", [False, True], ids=["post-ln", "pre-ln"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_reference_equals_torch_encoder_layer(pre_ln, activation):
+    import torch
+
+    params = EncoderBlockParams(seq_len=5, d_model=6, heads=3, d_ff=7,
+                                activation=activation, pre_ln=pre_ln)
+    rng = np.random.default_rng(3)
+    inputs = {name: rng.normal(size=shape)
+              for name, shape in EncoderBlock.input_shapes(params).items()}
+    got = encoder_block_ref(inputs, params)["OUTPUT"]
+    with torch.no_grad():
+        exp = _torch_layer(inputs, params)(torch.tensor(inputs["X"])[None])[0].numpy()
+    error = np.abs(got - exp).max()
+    print(f"pre_ln={pre_ln} {activation}: max |ref − nn.TransformerEncoderLayer| = "
+          f"{error:.1e}")
+    assert error < 1e-10
+
+
+@requires_torch
+def test_gelu_is_the_tanh_form():
+    """Documents the choice: equal to torch's approximate='tanh', not the exact erf GELU."""
+    import torch
+    import torch.nn.functional as F
+
+    x = np.linspace(-6, 6, 121)
+    tanh_form = F.gelu(torch.tensor(x), approximate="tanh").numpy()
+    exact = F.gelu(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(gelu_tanh(x), tanh_form, rtol=0, atol=1e-15)
+    assert 1e-5 < np.abs(gelu_tanh(x) - exact).max() < 1e-3
+
+
+def test_post_and_pre_ln_differ():
+    params = EncoderBlockParams()
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.normal(size=shape)
+              for name, shape in EncoderBlock.input_shapes(params).items()}
+    post = encoder_block_ref(inputs, params)
+    pre = encoder_block_ref(inputs, EncoderBlockParams(pre_ln=True))
+    assert not np.allclose(post["OUTPUT"], pre["OUTPUT"])
+    # LN2 centres each row before scaling
+    np.testing.assert_allclose(post["LN2_CENTERED"].mean(axis=1), 0, atol=1e-14)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--heads", "3"], "--heads 3 does not divide --d-model 4"),
+    (["--activation", "swish"], "invalid choice"),
+    (["--d-ff", "-2"], "--d-ff must be a positive"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
+    result = run_cli("build", "encoder-block", "-o", tmp_path / "x.xlsx", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
