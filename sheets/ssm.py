@@ -1,0 +1,275 @@
+"""Kind `ssm`: Mamba's S6 selective scan, the state recurrence running down the rows.
+
+    Δ_t  = softplus(u_t·W_Δ + b_Δ)           (ln, not base-10 LOG; x itself above 20)
+    A    = −exp(A_log)                       B_t = u_t·W_B    C_t = u_t·W_C
+    Ā_t  = exp(Δ_t·A)                        zero-order hold for A
+    B̄_t u_t = Δ_t·B_t·u_t                    Euler for B, as mamba's reference code
+    h_t  = Ā_t ⊙ h_{t−1} + B̄_t u_t,  h_0 = 0
+    y_t  = C_t·h_t + D ⊙ u_t                 (--gate: out_t = y_t ⊙ silu(z_t))
+
+Glossary, sheet name → paper (upstream code): U = x (u), the SSM input, L×D; DELTA = Δ;
+A_LOG = log(−A); A = A; B_SEL, C_SEL = the selective B, C (so named because Excel
+refuses the defined name "C");
+A_BAR = Ā; DELTA_B_U = B̄·u; H = h (x), channel-major: channel d owns columns d·N … d·N+N−1;
+D = the skip parameter D (not the channel count); Z = the gate branch z.
+The work grows linearly in L (about 3·L·D·N cells), where attention's scores grow as L².
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from openpyxl.worksheet.formula import ArrayFormula
+
+from reference.ssm import ssm_ref
+from sheets._steps import dims, matmul
+from workbook_builder.kind import Kind
+from workbook_builder.layout import Block, SheetWriter
+from workbook_builder.refs import range_ref
+
+
+@dataclass(frozen=True)
+class SsmParams:
+    seq_len: int = field(default=6, metadata={"help": "time steps L (rows of U)"})
+    d_model: int = field(default=2, metadata={
+        "help": "channels D (columns of U; Mamba's d_inner)"})
+    d_state: int = field(default=3, metadata={"help": "state size N per channel"})
+    gate: bool = field(default=False, metadata={
+        "help": "add an input Z and OUTPUT = Y ⊙ silu(Z)"})
+
+
+class Ssm(Kind):
+    name = "ssm"
+    summary = "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows"
+    sheet_title = "SSM"
+    Params = SsmParams
+    reference = staticmethod(ssm_ref)
+    test_cases = [
+        {"seq_len": 4, "d_model": 2, "d_state": 3},
+        {"seq_len": 5, "d_model": 3, "d_state": 2, "gate": True},
+        {"seq_len": 1, "d_model": 1, "d_state": 1, "gate": True},
+        {"seq_len": 7, "d_model": 1, "d_state": 4},
+    ]
+    input_dims = {"U": ("seq_len", "d_model"), "Z": ("seq_len", "d_model"),
+                  "W_DELTA": ("d_model", "d_model"), "DELTA_BIAS": (None, "d_model"),
+                  "W_B": ("d_model", "d_state"), "W_C": ("d_model", "d_state"),
+                  "A_LOG": ("d_model", "d_state"), "D": (None, "d_model")}
+    demo_cases = [
+        ("ssm", {"seq_len": 6, "d_model": 2, "d_state": 3}),
+        ("ssm_gated", {"seq_len": 8, "d_model": 3, "d_state": 4, "gate": True}),
+    ]
+
+    @classmethod
+    def input_shapes(cls, p):
+        shapes = {"U": (p.seq_len, p.d_model)}
+        if p.gate:
+            shapes["Z"] = (p.seq_len, p.d_model)
+        shapes.update({"W_DELTA": (p.d_model, p.d_model), "DELTA_BIAS": (1, p.d_model),
+                       "W_B": (p.d_model, p.d_state), "W_C": (p.d_model, p.d_state),
+                       "A_LOG": (p.d_model, p.d_state), "D": (1, p.d_model)})
+        return shapes
+
+    @classmethod
+    def infer_params(cls, given):
+        sizes = super().infer_params(given)
+        if "Z" in given:
+            sizes["gate"] = True  # a gate input given by hand switches the gate on
+        return sizes
+
+    @classmethod
+    def random_input(cls, name, shape, p, rng):
+        if name == "A_LOG":
+            # S4D-real init, A[d,n] = −(n+1), jittered so channels differ; keeps Ā in (0, 1)
+            base = np.broadcast_to(np.log(np.arange(1, shape[1] + 1)), shape)
+            return (base + rng.uniform(-0.1, 0.1, size=shape)).round(2)
+        if name == "DELTA_BIAS":
+            # Δ of order 0.3–1: the state both remembers and moves
+            return rng.uniform(-1.0, 0.5, size=shape).round(2)
+        if name == "D":
+            return rng.uniform(0.5, 1.5, size=shape).round(2)   # Mamba's init is 1
+        return rng.uniform(-1.0, 1.0, size=shape).round(2)
+
+    @classmethod
+    def lay_out(cls, sheet, p, inputs, tokens):
+        L, D, N = p.seq_len, p.d_model, p.d_state
+        channels, states = dims("d", D), dims("n", N)
+        state_cols = [f"d{d + 1}.n{n + 1}" for d in range(D) for n in range(N)]
+
+        sheet.text("Step 1 — inputs: the sequence U (one row per time step) and the "
+                   "parameters", bold=True)
+        with sheet.band():
+            u = sheet.input_block("U", inputs["U"], "SSM input u_t", tokens, channels,
+                                  "One row per time step, one column per channel.")
+            z = sheet.input_block("Z", inputs["Z"], "gate branch z_t", tokens, channels,
+                                  "Mamba's second branch; it gates the output.") \
+                if p.gate else None
+            w_delta = sheet.input_block("W_DELTA", inputs["W_DELTA"], "Δ projection W_Δ",
+                                        channels, channels)
+            w_b = sheet.input_block("W_B", inputs["W_B"], "B projection W_B", channels,
+                                    states)
+            w_c = sheet.input_block("W_C", inputs["W_C"], "C projection W_C", channels,
+                                    states)
+            a_log = sheet.input_block("A_LOG", inputs["A_LOG"], "log of −A", channels,
+                                      states, "A is stored as its log so that A = −exp(A_LOG) "
+                                      "stays negative: the state decays.")
+        with sheet.band():
+            bias = sheet.input_block("DELTA_BIAS", inputs["DELTA_BIAS"], "Δ bias b_Δ",
+                                     ["b_Δ"], channels)
+            skip = sheet.input_block("D", inputs["D"], "skip weight D", ["D"], channels,
+                                     "The skip connection: y_t gets D ⊙ u_t added.")
+
+        sheet.text("Step 2 — selection: Δ, B and C depend on the input at each step "
+                   "(this is what makes S6 \"selective\")", bold=True)
+        with sheet.band():
+            # Δ_pre = U·W_Δ + b_Δ   (the 1×D bias row is added to every row)
+            pre = sheet.step_block(
+                "DELTA_PRE", "U·W_Δ + b_Δ", L, D, tokens, channels,
+                cells=lambda t, d: f"=MMULT({u.row(t)},{w_delta.col(d)})+{bias.col(d)}",
+                array=lambda me: f"=MMULT({u.whole()},{w_delta.whole()})+{bias.whole()}",
+                explanation="The step size before softplus.")
+            # Δ = softplus(Δ_pre) exactly as PyTorch: x above 20, else ln(1 + eˣ)
+            delta = sheet.step_block(
+                "DELTA", "Δ = softplus(·) = IF(x>20, x, LN(1+EXP(x)))", L, D, tokens,
+                channels, cells=lambda t, d: _softplus(pre.cell(t, d)),
+                array=lambda me: _softplus(pre.whole()),
+                explanation="Softplus keeps Δ positive. It is the natural log LN: base-10 "
+                            "LOG here (a bug in a circulating Mamba sheet) makes every "
+                            "later block wrong. Above 20 PyTorch returns x itself.")
+            b_sel = matmul(sheet, "B_SEL", "B_t = u_t·W_B", u, w_b, tokens, states,
+                           "Input matrix B for each time step.")
+            c_sel = matmul(sheet, "C_SEL", "C_t = u_t·W_C", u, w_c, tokens, states,
+                           "Read-out matrix C for each time step.")
+            # A = −exp(A_log)
+            a = sheet.step_block(
+                "A", "A = −exp(A_LOG)", D, N, channels, states,
+                cells=lambda d, n: f"=-EXP({a_log.cell(d, n)})",
+                array=lambda me: f"=-EXP({a_log.whole()})",
+                explanation="Diagonal state matrix, one row of N decay rates per channel; "
+                            "it does not depend on the input.")
+
+        sheet.text("Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; "
+                   "B̄ = Δ·B is Euler (not the paper's ZOH B̄), as mamba's "
+                   "selective_scan_ref does", bold=True)
+        # Ā[t, d·N+n] = exp(Δ[t,d]·A[d,n])
+        def a_bar_cell(t: int, k: int) -> str:
+            d, n = divmod(k, N)
+            return f"=EXP({delta.row(t, d, d)}*{a.fixed(d, n)})"
+
+        # B̄u[t, d·N+n] = Δ[t,d]·B[t,n]·u[t,d]
+        def delta_b_u_cell(t: int, k: int) -> str:
+            d, n = divmod(k, N)
+            return f"={delta.row(t, d, d)}*{b_sel.cell(t, n)}*{u.row(t, d, d)}"
+
+        with sheet.band():
+            a_bar = sheet.step_block(
+                "A_BAR", "Ā_t = exp(Δ_t·A)   (zero-order hold)", L, D * N, tokens,
+                state_cols, cells=a_bar_cell,
+                explanation="How much of the state survives one step: in (0, 1) because "
+                            "Δ > 0 and A < 0. Columns d.n: channel d, state n.")
+            _per_channel(sheet, a_bar, N,
+                         lambda d: f"=EXP({delta.col(d)}*{a.row(d)})")
+            delta_b_u = sheet.step_block(
+                "DELTA_B_U", "B̄_t u_t = Δ_t·B_t·u_t   (Euler)", L, D * N, tokens,
+                state_cols, cells=delta_b_u_cell,
+                explanation="What the input writes into the state this step. Euler "
+                            "B̄ = Δ·B, not ZOH's (ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code "
+                            "does this.")
+            _per_channel(sheet, delta_b_u, N,
+                         lambda d: f"={delta.col(d)}*{u.col(d)}*{b_sel.whole()}")
+
+        sheet.text("Step 4 — the scan: each row reads the row above it (h_0 = 0)", bold=True)
+
+        # h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t;  row 1 is B̄_1 u_1 because h_0 = 0
+        def h_cell(t: int, k: int) -> str:
+            if t == 0:
+                return f"={delta_b_u.cell(0, k)}"
+            me = sheet.current
+            return f"={a_bar.cell(t, k)}*{me.cell(t - 1, k)}+{delta_b_u.cell(t, k)}"
+
+        def h_row(t: int, me: Block) -> str:
+            if t == 0:
+                return f"={delta_b_u.row(0)}"
+            return f"={a_bar.row(t)}*{me.row(t - 1)}+{delta_b_u.row(t)}"
+
+        h = sheet.step_block(
+            "H", "h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t,   h_0 = 0", L, D * N, tokens, state_cols,
+            cells=h_cell, row_array=h_row,
+            explanation="The hidden state: N numbers per channel, updated once per row. "
+                        "Work and cells grow linearly with the sequence length.")
+
+        sheet.text("Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t", bold=True)
+        with sheet.band():
+            # y[t,d] = Σ_n h[t, d·N+n]·C[t,n] + D[d]·u[t,d]
+            y = sheet.step_block(
+                "Y", "y_t = C_t·h_t + D ⊙ u_t", L, D, tokens, channels,
+                cells=lambda t, d: f"=SUMPRODUCT({h.row(t, d * N, d * N + N - 1)},"
+                                   f"{c_sel.row(t)})+{skip.col(d)}*{u.cell(t, d)}",
+                explanation="Each channel reads its N states through C_t and adds the "
+                            "skip term. One formula per cell in both layouts: a whole-"
+                            "block formula would need a reshape Excel lacks.")
+            if z is not None:
+                # silu(z) = z·σ(z) = z·(1 + tanh(z/2))/2, which never overflows
+                silu = sheet.step_block(
+                    "SILU_Z", "silu(z) = z·0.5·(1 + tanh(z/2))", L, D, tokens, channels,
+                    cells=lambda t, d: _silu(z.cell(t, d)),
+                    array=lambda me: _silu(z.whole()),
+                    explanation="z·sigmoid(z), written with TANH because z/(1+EXP(−z)) "
+                                "overflows for z below −709.")
+                sheet.step_block(
+                    "OUTPUT", "out_t = y_t ⊙ silu(z_t)", L, D, tokens, channels,
+                    cells=lambda t, d: f"={y.cell(t, d)}*{silu.cell(t, d)}",
+                    array=lambda me: f"={y.whole()}*{silu.whole()}",
+                    explanation="The gated output of the Mamba mixer (before out_proj).")
+        gated = " + 2·L·D for the gate" if p.gate else ""
+        sheet.text(f"Formula cells: L·(3·D·N + 3·D + 2·N) + D·N{gated} — linear in the length "
+                   f"L; attention's scores, exponentials and weights take 4·L².")
+
+
+def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int = 4):
+    """Formula cells of an ssm workbook and of an attention workbook (d_model = d_k = D) of
+    the same length, counted in workbooks built as `build` writes them."""
+    from workbook_builder.book import build_workbook
+    from workbook_builder.build import count_formula_cells
+    from workbook_builder.kind import complete_inputs, get_kind, make_params
+
+    rows = []
+    for seq_len in lengths:
+        row = {"seq_len": seq_len}
+        for name, values in (
+                ("ssm", {"seq_len": seq_len, "d_model": d_model, "d_state": d_state}),
+                ("attention", {"seq_len": seq_len, "d_model": d_model, "d_k": d_model})):
+            kind = get_kind(name)
+            params = make_params(kind, values)
+            wb = build_workbook(kind, params, complete_inputs(kind, params, {}, 0),
+                                kind.labels(params, None), "cells")
+            row[name] = count_formula_cells(wb)
+        rows.append(row)
+    return rows
+
+
+def _softplus(x: str) -> str:
+    return f"=IF({x}>20,{x},LN(1+EXP({x})))"
+
+
+def _silu(x: str) -> str:
+    return f"={x}*0.5*(1+TANH({x}/2))"
+
+
+def _per_channel(sheet: SheetWriter, block: Block, n_state: int, formula) -> None:
+    """In the `blocks` layout, replace a block's per-cell formulas with one array formula per
+    channel (its L×N column slice), since the L×D·N block is an outer product of an L×1
+    column and a 1×N row that no single portable formula can tile."""
+    if sheet.layout != "blocks":
+        return
+    for d in range(block.cols // n_state):
+        left = block.left + d * n_state
+        for i in range(block.rows):
+            for j in range(n_state):
+                sheet.ws.cell(block.top + i, left + j).value = None
+        ref = range_ref(block.top, left, block.bottom, left + n_state - 1)
+        sheet.ws.cell(block.top, left).value = ArrayFormula(ref, formula(d))
+
+
+if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic table
+    print(f"{'L':>5} {'ssm cells':>10} {'attention cells':>16}   (D = N = d_k = 4)")
+    for r in formula_cell_growth():
+        print(f"{r['seq_len']:>5} {r['ssm']:>10} {r['attention']:>16}")

@@ -1,0 +1,148 @@
+"""LibreOffice, a real spreadsheet application, as the second engine: it recalculates every
+demo workbook to the reference, shows no error cell, never trusts cached values, reads files
+it saved itself, and prints a PDF handout."""
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import openpyxl
+import pytest
+from conftest import build, requires_libreoffice, run_cli
+
+from workbook_builder.build import write_workbook
+from workbook_builder.cached_values import store_values
+from workbook_builder.check import check_workbook, find_name, format_report
+from workbook_builder.demo import demo_plan
+from workbook_builder.kind import make_params
+from workbook_builder.libreoffice import convert, convert_many, read_values
+
+ERROR_VALUE = re.compile(r"^(#(NAME\?|VALUE!|REF!|DIV/0!|NUM!|N/A|NULL!)|Err:\d+)")
+
+
+@pytest.fixture(scope="module")
+def recalculated_demo(tmp_path_factory):
+    """Every demo workbook, and its copy recalculated and saved by one LibreOffice run."""
+    out = tmp_path_factory.mktemp("demo")
+    books = []
+    for name, kind, values, layout in demo_plan():
+        write_workbook(kind, make_params(kind, values), out / name, layout=layout)
+        books.append(out / name)
+    recalculated = convert_many(books, "xlsx", tmp_path_factory.mktemp("lo"))
+    return list(zip(books, recalculated, strict=True))
+
+
+@requires_libreoffice
+def test_libreoffice_recalculates_every_demo_workbook_to_the_reference(recalculated_demo):
+    failures = []
+    for book, recalculated in recalculated_demo:
+        report = check_workbook(book, "libreoffice", values=read_values(recalculated))
+        if not report.passed:
+            failures.append(format_report(report))
+    assert not failures, "\n".join(failures)
+
+
+@requires_libreoffice
+def test_no_cell_of_any_demo_workbook_holds_an_error_after_libreoffice(recalculated_demo):
+    errors = [f"{recalculated.name} {sheet}!{row},{col}: {value}"
+              for _, recalculated in recalculated_demo
+              for (sheet, row, col), value in read_values(recalculated).items()
+              if isinstance(value, str) and ERROR_VALUE.match(value)]
+    assert not errors, "\n".join(errors[:20])
+
+
+@requires_libreoffice
+@pytest.mark.parametrize("layout", ["cells", "blocks"])
+def test_check_engine_all_passes_fresh_and_after_an_edit(tmp_path, layout):
+    path = build(tmp_path, "multihead", {"seq_len": 4, "d_model": 4, "heads": 2,
+                                         "kv_heads": 1, "causal": True}, layout=layout)
+    fresh = run_cli("check", path, "--engine", "all")
+    assert fresh.returncode == 0, fresh.stdout
+    assert "all steps pass in every engine" in fresh.stdout
+    wb = openpyxl.load_workbook(path)
+    where = find_name(wb, "X", path)
+    wb[where.sheet].cell(where.top, where.left).value = 2.5
+    wb.save(path)
+    edited = run_cli("check", path, "--engine", "all")
+    assert edited.returncode == 0, edited.stdout
+
+
+@requires_libreoffice
+def test_libreoffice_does_not_trust_cached_values(tmp_path):
+    """Plant wrong cached values: LibreOffice must recompute, so its check still passes."""
+    path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2,
+                                         "causal": True})
+    wb = openpyxl.load_workbook(path)
+    wrong = {(ws.title.upper(), c.row, c.column): 123.0 for ws in wb.worksheets
+             for row in ws.iter_rows() for c in row
+             if isinstance(c.value, str) and c.value.startswith("=")}
+    planted = tmp_path / "planted.xlsx"
+    store_values(path, planted, wrong)
+    cached = openpyxl.load_workbook(planted, data_only=True)
+    output = find_name(cached, "OUTPUT", planted)
+    assert cached[output.sheet].cell(output.top, output.left).value == 123.0
+    assert check_workbook(planted, "libreoffice").passed
+
+
+@requires_libreoffice
+@pytest.mark.parametrize("kind,params", [
+    ("attention", {"seq_len": 3, "d_model": 2, "d_k": 2}),
+    ("multihead", {"seq_len": 3, "d_model": 4, "heads": 2, "causal": True}),
+])
+def test_a_workbook_saved_by_libreoffice_is_checked_from_its_inputs(tmp_path, kind, params):
+    """A teacher edits inputs and saves in another program: the file LibreOffice writes
+    (its own XML, names and cached values) still checks with both engines."""
+    path = build(tmp_path, kind, params, layout="blocks")
+    wb = openpyxl.load_workbook(path)
+    where = find_name(wb, "W_V", path)
+    wb[where.sheet].cell(where.top, where.left).value = -3.25
+    wb.save(path)
+    saved = convert(path, "xlsx", tmp_path / "lo")
+    assert openpyxl.load_workbook(saved)[where.sheet].cell(where.top, where.left).value == -3.25
+    for engine in ("formulas", "libreoffice"):
+        report = check_workbook(saved, engine)
+        assert report.passed, format_report(report)
+
+
+@requires_libreoffice
+def test_pdf_handout_has_pages(tmp_path):
+    path = build(tmp_path, "attention", {"seq_len": 4, "d_model": 3, "d_k": 2,
+                                         "causal": True})
+    result = run_cli("pdf", path)
+    assert result.returncode == 0, result.stderr
+    pdf = path.with_suffix(".pdf")
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF")
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", data))
+    assert pages >= 2  # the attention sheet and the About sheet
+    again = run_cli("pdf", path)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert pdf.read_bytes() == data
+
+
+def test_every_sheet_is_set_up_for_printing(tmp_path):
+    wb = openpyxl.load_workbook(build(tmp_path, "attention", {"seq_len": 2, "d_model": 2,
+                                                              "d_k": 2}))
+    for ws in wb.worksheets:
+        assert ws.page_setup.orientation == "landscape"
+        assert ws.sheet_properties.pageSetUpPr.fitToPage and ws.page_setup.fitToWidth == 1
+        assert ws.print_options.gridLines and ws.print_options.headings
+        assert ws.title in ws.oddHeader.center.text
+
+
+def test_without_libreoffice_the_engine_says_so_in_one_line(tmp_path):
+    path = build(tmp_path, "attention", {"seq_len": 2, "d_model": 2, "d_k": 2})
+    with tempfile.TemporaryDirectory() as empty:
+        env = {**os.environ, "PATH": empty}
+        import subprocess
+        import sys
+
+        result = subprocess.run([sys.executable, "-m", "workbook_builder", "check", str(path),
+                                 "--engine", "libreoffice"], capture_output=True, text=True,
+                                env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "attnsheets: error: LibreOffice is not installed (apt-get install "
+        "libreoffice-calc-nogui); use --engine formulas instead"]
+    assert Path(path).exists()
