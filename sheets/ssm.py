@@ -59,6 +59,11 @@ class Ssm(Kind):
     ]
 
     @classmethod
+    def demo_note(cls) -> str:
+        return "Formula cells grow linearly with length here, quadratically in attention:\n" \
+            + growth_table()
+
+    @classmethod
     def input_shapes(cls, p):
         shapes = {"U": (p.seq_len, p.d_model)}
         if p.gate:
@@ -269,7 +274,13 @@ def _per_channel(sheet: SheetWriter, block: Block, n_state: int, formula) -> Non
         sheet.ws.cell(block.top, left).value = ArrayFormula(ref, formula(d))
 
 
-if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic table
-    print(f"{'L':>5} {'ssm cells':>10} {'attention cells':>16}   (D = N = d_k = 4)")
+def growth_table() -> str:
+    """Formula cells of ssm vs attention at the same length: linear vs quadratic."""
+    lines = [f"{'L':>5} {'ssm cells':>10} {'attention cells':>16}   (D = N = d_k = 4)"]
     for r in formula_cell_growth():
-        print(f"{r['seq_len']:>5} {r['ssm']:>10} {r['attention']:>16}")
+        lines.append(f"{r['seq_len']:>5} {r['ssm']:>10} {r['attention']:>16}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic table
+    print(growth_table())

@@ -49,7 +49,7 @@ def run_demo(out: Path, force: bool) -> bool:
         if path.exists() and not force and manifest.get(name) != _sha256(path):
             raise UserError(f"{path} exists and was not written by this demo unchanged; "
                             f"pass --force to replace it")
-    print(f"{'workbook':<36} {'formula cells':>13} {'steps':>6} {'check s':>8}  result")
+    print(f"{'workbook':<44} {'formula cells':>13} {'steps':>6} {'check s':>8}  result")
     all_passed = True
     for name, kind, values, layout in plan:
         path = out / name
@@ -63,10 +63,14 @@ def run_demo(out: Path, force: bool) -> bool:
         all_passed &= report.passed
         failed = [s.name for s in report.steps if not s.passed]
         verdict = "pass" if report.passed else f"FAIL at {failed[0]}"
-        print(f"{str(path):<36} {cells:>13} {len(report.steps):>6} {seconds:>8.2f}  {verdict}",
+        print(f"{str(path):<44} {cells:>13} {len(report.steps):>6} {seconds:>8.2f}  {verdict}",
               flush=True)
     print(f"{len(plan)} workbooks in {out}: " + ("all checks pass" if all_passed
                                                  else "some checks FAILED"))
+    for _, kind in sorted(load_kinds().items()):
+        note = kind.demo_note()
+        if note:
+            print(f"\n{kind.name}: {note}")
     return all_passed
 
 

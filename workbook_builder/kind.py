@@ -108,6 +108,11 @@ class Kind:
         return ", ".join(f"{f.name}={getattr(params, f.name)}"
                          for f in dataclasses.fields(params))
 
+    @classmethod
+    def demo_note(cls) -> str | None:
+        """Text `attnsheets demo` prints after its table (e.g. a measured comparison)."""
+        return None
+
     # -- the sheet -------------------------------------------------------------------------
     @classmethod
     def lay_out(cls, sheet: SheetWriter, params, inputs: dict[str, np.ndarray],
