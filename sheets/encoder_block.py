@@ -153,7 +153,8 @@ class EncoderBlock(Kind):
         with sheet.band():
             concat = sheet.step_block(
                 "CONCAT", "[head_1 … head_H]", p.seq_len, p.d_model, tokens, head_dims,
-                cells=lambda i, j: f"={head_blocks[j // d_k].cell(i, j % d_k)}")
+                cells=lambda i, j: f"={head_blocks[j // d_k].cell(i, j % d_k)}",
+                col_array=(d_k, lambda h, me: f"={head_blocks[h].whole()}"))
             w_o = inp("W_O", "output weights", head_dims, model_dims)
             b_o = inp("B_O", "output bias", ["b"], model_dims)
         with sheet.band():
@@ -249,3 +250,41 @@ def _layer_norm(sheet, which, src, gamma, beta, out_name, labels, col_labels):
         array=lambda me: f"={centered.whole()}/SQRT({var.whole()}+{LN_EPS})"
                          f"*{gamma.whole()}+{beta.whole()}",
         explanation=f"{which}: each row rescaled to mean 0 and variance 1, then by γ and β.")
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+EncoderBlock.translations = {"zh": {
+    "a whole Transformer encoder layer: MHA, residual, LayerNorm, FFN (--pre-ln)":
+        "完整的 Transformer 编码器层：多头注意力、残差、LayerNorm、FFN（--pre-ln）",
+    "Step 1 — inputs (post-LN: LN1(X + MHA(X)), then LN2(· + FFN(·)); {h} heads of "
+    "d_k = {d})": "Step 1：输入（Post-LN：LN1(X + MHA(X))，再 LN2(· + FFN(·))；{h} 个头，"
+                  "每头 d_k = {d}）",
+    "Step 1 — inputs (pre-LN: X + MHA(LN1(X)), then + FFN(LN2(·)); {h} heads of d_k = {d})":
+        "Step 1：输入（Pre-LN：X + MHA(LN1(X))，再 + FFN(LN2(·))；{h} 个头，每头 d_k = {d}）",
+    "q weights": "q 权重", "k weights": "k 权重", "v weights": "v 权重",
+    "q bias": "q 偏置", "k bias": "k 偏置", "v bias": "v 偏置",
+    "Step 2 — multi-head self-attention on {src}": "Step 2：对 {src} 做多头自注意力",
+    "Head {h} — columns h{hc}.* of Q, K, V": "头 {h}：Q、K、V 的 h{hc}.* 列",
+    "Step 3 — concatenate the heads, project with W_O, add the residual":
+        "Step 3：拼接各头，乘以 W_O，加上残差",
+    "output bias": "输出偏置",
+    "The residual connection: the layer adds to its input.":
+        "残差连接：这一层的结果加回到它的输入上。",
+    "{ln} — LayerNorm over each row: mean, centre, variance, scale":
+        "{ln}：对每行做 LayerNorm — 均值、中心化、方差、缩放",
+    "γ (scale)": "γ（缩放）", "β (shift)": "β（平移）",
+    "Biased variance (divide by d, not d − 1), as nn.LayerNorm.":
+        "有偏方差（除以 d 而不是 d − 1），与 nn.LayerNorm 相同。",
+    "{ln}: each row rescaled to mean 0 and variance 1, then by γ and β.":
+        "{ln}：每行先缩放为均值 0、方差 1，再乘 γ 加 β。",
+    "Step 4 — feed-forward network, ReLU, applied to each row":
+        "Step 4：前馈网络（ReLU），逐行作用",
+    "Step 4 — feed-forward network, GELU (tanh form), applied to each row":
+        "Step 4：前馈网络（GELU，tanh 形式），逐行作用",
+    "first FFN weights": "FFN 第一层权重", "first FFN bias": "FFN 第一层偏置",
+    "second FFN weights": "FFN 第二层权重", "second FFN bias": "FFN 第二层偏置",
+    "Step 5 — second residual, then LayerNorm: the layer's output":
+        "Step 5：第二个残差，再做 LayerNorm：这一层的输出",
+    "Step 5 — second residual: the layer's output": "Step 5：第二个残差：这一层的输出",
+    "Pre-LN leaves the residual stream un-normalised.": "Pre-LN 不对残差流本身做归一化。",
+}}

@@ -276,3 +276,51 @@ def _size_table(sheet, top, left, p):
     for i, (label, value) in enumerate(rows):
         sheet.ws.cell(top + i, left, label)
         sheet.ws.cell(top + i, left + 3, value)
+
+
+# sheet text in Chinese (workbook_builder/i18n.py); the longer "Key block" entries first
+Flash.translations = {"zh": {
+    "FlashAttention: blockwise online softmax (running max and sum), exact":
+        "FlashAttention：分块在线 Softmax（运行最大值与运行和），结果精确",
+    "Step 3 — FlashAttention: {t} key block(s) of B = {b}, one at a time, keeping only a "
+    "running max m, a running sum ℓ and an unnormalised output Õ per query row":
+        "Step 3：FlashAttention — {t} 个键块（B = {b}），逐块处理，每个查询行只保留运行最大值 m、"
+        "运行和 ℓ 与未归一化输出 Õ",
+    "Key block {j}: keys {keys}; query row {rows} skip it (grey: wholly above their "
+    "diagonal, the state passes through unchanged)":
+        "键块 {j}：键 {keys}；查询行 {rows} 跳过它（灰色：整块位于对角线上方，状态原样传递）",
+    "Key block {j}: keys {keys}; query rows {rows} skip it (grey: wholly above their "
+    "diagonal, the state passes through unchanged)":
+        "键块 {j}：键 {keys}；查询行 {rows} 跳过它（灰色：整块位于对角线上方，状态原样传递）",
+    "Key block {j}: keys {keys}": "键块 {j}：键 {keys}",
+    "Scaled scores of every query against keys {a}–{b} only: n×B cells, never the whole n×n "
+    "matrix. Grey 'skip' cells (causal) belong to query blocks that never visit this key "
+    "block.": "每个查询只与键 {a}–{b} 的缩放分数：n×B 个单元格，从不需要整个 n×n 矩阵。"
+              "灰色 skip 单元格（因果）属于从不访问该键块的查询块。",
+    "Running row max over the keys seen so far (skipped rows keep theirs).":
+        "到目前为止见过的键上的运行行最大值（跳过的行保持不变）。",
+    "Unnormalised weights under the running max; masked keys give 0.":
+        "以运行最大值为基准的未归一化权重；被掩码的键为 0。",
+    "Running softmax denominator, rescaled to the current max.":
+        "运行中的 Softmax 分母，按当前最大值重新缩放。",
+    "Running weighted sum of value rows, not yet divided by ℓ.": "值行的运行加权和，尚未除以 ℓ。",
+    "1 when the max did not move; below 1 when this block raised it.":
+        "最大值未变时为 1；本块抬高了最大值时小于 1。",
+    "Step 4 — normalise once at the end; keep the log-sum-exp":
+        "Step 4：最后统一归一化一次；保留 log-sum-exp",
+    "Divide the accumulated output by the running sum once, at the end (FlashAttention-2).":
+        "最后一次性把累积输出除以运行和（FlashAttention-2）。",
+    "log Σ_j exp(s_ij): what the kernel saves for the backward pass.":
+        "log Σ_j exp(s_ij)：内核为反向传播保存的量。",
+    "Step 5 — for comparison: standard attention holds the whole n×n score matrix at once":
+        "Step 5：对照 — 标准注意力一次保存整个 n×n 分数矩阵",
+    "The same scores FlashAttention computed block by block.":
+        "与 FlashAttention 逐块计算的分数相同。",
+    "Largest difference between the two outputs: rounding only (about 1e-16), because the "
+    "online softmax is exact.": "两种输出的最大差异：只有舍入误差（约 1e-16），因为在线 Softmax "
+                               "是精确的。",
+    "score cells held at once": "同时保存的分数单元格数", "standard: n²": "标准：n²",
+    "flash: n·B": "flash：n·B", "flash vs std": "flash 对比标准",
+    "P{a} = exp(S{b} − m{c}) if key ≤ query": "P{a} = exp(S{b} − m{c})（键 ≤ 查询时）",
+    "{sizes} ({n} blocks); layout={layout}": "{sizes}（{n} 个块）; layout={layout}",
+}}

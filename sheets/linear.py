@@ -185,3 +185,35 @@ def _causal(sheet, p, phi_q, phi_k, v, tokens, key_dims, value_dims):
             cells=lambda i, j: f"=SUMPRODUCT({phi_q.row(i)},{z.row(i)})+{EPS}",
             explanation="Sum of the (unnormalised) weights of keys j ≤ i, plus eps.")
     return numer, denom
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+Linear.translations = {"zh": {
+    "linear attention φ(Q)(φ(K)ᵀV), φ = elu+1; --causal: running state (RNN view)":
+        "线性注意力 φ(Q)(φ(K)ᵀV)，φ = elu+1；--causal：运行状态（RNN 视角）",
+    "Step 3 — feature map φ(x) = elu(x) + 1 (positive, so no softmax is needed)":
+        "Step 3：特征映射 φ(x) = elu(x) + 1（恒为正，因此不需要 Softmax）",
+    "elu(x)+1: a positive feature map standing in for exp(q·k).":
+        "elu(x)+1：代替 exp(q·k) 的正值特征映射。",
+    "Step 4 — summarise all keys and values once: KV = φ(K)ᵀ·V and z = Σ_j φ(K_j); cost "
+    "grows with n, not n²": "Step 4：一次性汇总所有键和值：KV = φ(K)ᵀ·V，z = Σ_j φ(K_j)；"
+                           "代价随 n 增长，而不是 n²",
+    "Every key's feature vector times its value, summed over tokens.":
+        "每个键的特征向量乘以它的值，再对所有词求和。",
+    "The normaliser: the keys' feature vectors summed.": "归一化项：所有键特征向量之和。",
+    "Sum of the (unnormalised) weights of row i, plus eps.":
+        "第 i 行（未归一化）权重之和，加上 eps。",
+    "denom": "分母",
+    "Step 5 — divide: each output row is a weighted average of value rows":
+        "Step 5：相除 — 每个输出行是各值行的加权平均",
+    "Step 4 — the RNN view: a running state S_i (d_k×d_v, stacked down the rows) and "
+    "normaliser z_i, each updated once per token":
+        "Step 4：RNN 视角 — 运行状态 S_i（d_k×d_v，逐行向下堆叠）与归一化项 z_i，每个词更新一次",
+    "Rows t:k1 … t:k_d hold S_t = Σ_{j≤t} φ(K_j)ᵀV_j, the d_k×d_v memory after reading "
+    "token t.": "行 t:k1 … t:k_d 保存 S_t = Σ_{j≤t} φ(K_j)ᵀV_j，即读完词 t 之后的 d_k×d_v 记忆。",
+    "Running sum of the keys' feature vectors.": "键特征向量的运行和。",
+    "Query i reads the memory as it stood after token i.": "查询 i 读取读完词 i 时的记忆。",
+    "Sum of the (unnormalised) weights of keys j ≤ i, plus eps.":
+        "键 j ≤ i 的（未归一化）权重之和，加上 eps。",
+    "token:row": "词:行",
+}}

@@ -113,8 +113,27 @@ class Multihead(Kind):
                 "CONCAT", "[head_1 … head_H]", p.seq_len, heads * d_k, tokens,
                 head_dims("h", heads),
                 cells=lambda i, j: f"={head_blocks[j // d_k].cell(i, j % d_k)}",
+                col_array=(d_k, lambda h, me: f"={head_blocks[h].whole()}"),
                 explanation="The head outputs side by side.")
             wo = sheet.input_block("W_O", inputs["W_O"], "output weights",
                                    head_dims("h", heads), model_dims)
             matmul(sheet, "OUTPUT", "O = CONCAT·W_O", concat, wo, tokens, model_dims)
 
+
+
+# sheet text in Chinese (workbook_builder/i18n.py); the tutorial's own step names
+Multihead.translations = {"zh": {
+    "multi-head attention: split, per-head softmax, concat, W_O (GQA via --kv-heads)":
+        "多头注意力：拆分、各头 Softmax、拼接、W_O（--kv-heads 即 GQA）",
+    "Step 1 — inputs ({h} query heads, {g} key/value heads, d_k = d_model/H = {d})":
+        "Step 1：输入（{h} 个查询头，{g} 个键/值头，d_k = d_model/H = {d}）",
+    "query weights, heads side by side": "查询权重，各头并排",
+    "Step 2a — projections; head h owns columns h·d_k … (h+1)·d_k − 1":
+        "Step 2f-1：拆分 Q、K、V — 头 h 占第 h·d_k … (h+1)·d_k − 1 列",
+    "Head {h} — query columns q{hq}.*, key/value head {g}":
+        "Step 2f-2：头 {h} 独立做注意力（查询列 q{hq}.*，键/值头 {g}）",
+    "Output of head {h}.": "头 {h} 的输出。",
+    "Step 2f-4 — concatenate the heads and mix them with W_O":
+        "Step 2f-4：拼接各头，再用 W_O 线性变换整合",
+    "The head outputs side by side.": "各头的输出并排拼接。",
+}}

@@ -220,3 +220,55 @@ class Positional(Kind):
                 explanation="The largest change of any score when both positions shift by "
                             "one: about 1e-16, i.e. exactly relative. Edit X or W_Q/W_K and "
                             "it stays ≈ 0.")
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+Positional.translations = {"zh": {
+    "sinusoidal PE added to X; RoPE on Q, K (--rope interleaved|half); offset check":
+        "正弦位置编码加到 X 上；对 Q、K 做 RoPE（--rope interleaved|half）；平移不变性检查",
+    "One row per token; row p sits at position p (from 0).":
+        "每行一个词；第 p 行位于位置 p（从 0 开始）。",
+    "Part A — sinusoidal encoding (Vaswani et al.): angle pos/{b}^(2i/{d}), sin in even "
+    "columns, cos in odd, added to X": "A 部分：正弦位置编码（Vaswani 等）：角度 pos/{b}^(2i/{d})，"
+                                       "偶数列取 sin，奇数列取 cos，加到 X 上",
+    "Frequency i turns once every 2π·b^(2i/d) positions: fast in the first columns, slow in "
+    "the last.": "频率 i 每 2π·b^(2i/d) 个位置转一圈：前面的列转得快，后面的列转得慢。",
+    "Each pair of columns is a point on a circle turning at its own speed.":
+        "每一对列是圆上的一个点，以各自的速度转动。",
+    "The embeddings with their positions mixed in (the paper also scales X by √d_model "
+    "first; here X is used as given).": "混入位置信息后的嵌入（论文还会先把 X 乘以 √d_model；"
+                                       "这里直接使用给定的 X）。",
+    "Part B — RoPE: rotate interleaved pairs ({pair}) of q and k by pos·{b}^(−2i/{d})":
+        "B 部分：RoPE — 把 q 和 k 的交错配对 ({pair}) 旋转 pos·{b}^(−2i/{d})",
+    "Part B — RoPE: rotate half pairs ({pair}) of q and k by pos·{b}^(−2i/{d})":
+        "B 部分：RoPE — 把 q 和 k 的前后半配对 ({pair}) 旋转 pos·{b}^(−2i/{d})",
+    "Queries from the plain X: RoPE replaces the added encoding.":
+        "由原始 X 得到的查询：RoPE 取代了加性位置编码。",
+    "Keys from the plain X.": "由原始 X 得到的键。",
+    "Rotation angle of pair i at each position.": "每个位置上第 i 对的旋转角度。",
+    "Each query rotated by its own position; interleaved pairs ({pair}).":
+        "每个查询按自己的位置旋转；交错配对 ({pair})。",
+    "Each query rotated by its own position; half pairs ({pair}).":
+        "每个查询按自己的位置旋转；前后半配对 ({pair})。",
+    "Each key rotated by its own position; interleaved pairs ({pair}).":
+        "每个键按自己的位置旋转；交错配对 ({pair})。",
+    "Each key rotated by its own position; half pairs ({pair}).":
+        "每个键按自己的位置旋转；前后半配对 ({pair})。",
+    "Position-aware scores (scale and softmax as in the attention kind).":
+        "带位置信息的分数（缩放和 Softmax 与 attention 类型相同）。",
+    "Part C — the score of q₁ (token {tok}'s query) at position m with k₁ at position n "
+    "depends only on m − n":
+        "C 部分：q₁（词 {tok} 的查询）在位置 m、k₁ 在位置 n 时的分数只取决于 m − n",
+    "The same query content at every position.": "每个位置上都是同一个查询内容。",
+    "The same key content at every position.": "每个位置上都是同一个键内容。",
+    "R_m·q₁ (row m: q₁ placed at position m)": "R_m·q₁（第 m 行：q₁ 放在位置 m）",
+    "R_n·k₁ (row n: k₁ placed at position n)": "R_n·k₁（第 n 行：k₁ 放在位置 n）",
+    "Constant along every diagonal: only m − n matters.": "沿每条对角线不变：只有 m − n 起作用。",
+    "Zero up to rounding: moving both tokens by one position leaves their score unchanged.":
+        "除舍入误差外为零：两个词同时移动一个位置，分数不变。",
+    "The largest change of any score when both positions shift by one: about 1e-16, i.e. "
+    "exactly relative. Edit X or W_Q/W_K and it stays ≈ 0.":
+        "两个位置同时平移一位时，任一分数的最大变化：约 1e-16，即严格只依赖相对位置。"
+        "修改 X 或 W_Q/W_K，它仍 ≈ 0。",
+    "max |difference|": "最大 |差值|", "gap": "差距", "pos": "位置", "pos\\i": "位置\\i",
+}}

@@ -207,3 +207,37 @@ def _masked_softmax(sheet, scaled, mask, labels):
         cells=lambda i, j: f"={exp.cell(i, j)}/{row_sum.row(i)}",
         array=lambda me: f"={exp.whole()}/{row_sum.whole()}", heatmap=True,
         explanation="Attention weights: zero outside the band, each row sums to 1.")
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+SlidingWindow.translations = {"zh": {
+    "Longformer sliding-window attention (--window w one-sided, --global tokens)":
+        "Longformer 滑动窗口注意力（--window w 为单侧窗口，--global 为全局词）",
+    "Step 2 — queries, keys, values and scaled scores (as in full attention)":
+        "Step 2：生成 Q、K、V 并计算缩放分数（与完整注意力相同）",
+    "Step 3 — the band mask: window w = {w} on each side, global positions: {g}":
+        "Step 3：带状掩码 — 每侧窗口 w = {w}，全局位置：{g}",
+    "The band: query i sees keys within w positions on either side, plus the global tokens. "
+    "Masked entries are left out of the softmax, so no −∞ is needed.":
+        "带状区域：查询 i 能看到两侧 w 个位置以内的键，以及全局词。被掩码的位置不参与 Softmax，"
+        "因此不需要 −∞。",
+    "Step 4 — softmax over the allowed keys only: max, exp, sum, divide":
+        "Step 4：只在允许的键上做 Softmax 归一化 — 最大值、指数、求和、相除",
+    "Largest allowed score of each row (an array formula: MAX over IF(mask=1, score, "
+    "-1E+30)); the −1E+30 never wins because every row allows its own position.":
+        "每行允许位置中的最大分数（数组公式：对 IF(mask=1, 分数, -1E+30) 取 MAX）；"
+        "−1E+30 永远不会胜出，因为每行都允许它自己的位置。",
+    "Exponential of each shifted allowed score; masked entries are 0.":
+        "每个允许位置平移后分数的指数；被掩码的位置为 0。",
+    "Attention weights: zero outside the band, each row sums to 1.":
+        "注意力权重：带外为零，每行和为 1。",
+    "P = exp(S − m) if M = 1 else 0": "P = exp(S − m)（M = 1 时），否则为 0",
+    "Step 5 — weighted sum of the values": "Step 5：加权求和 — Output = 注意力权重 · V",
+    "Each output row mixes only the value rows its query may see.":
+        "每个输出行只混合其查询可以看到的值行。",
+    "Global tokens (e.g. [CLS]) attend to every token and every token attends to them.":
+        "全局词（如 [CLS]）关注所有词，所有词也都关注它们。",
+    "g_i = 1 if i is a global position": "i 为全局位置时 g_i = 1",
+    "1 if |j − i| ≤ {w} or i, j global": "|j − i| ≤ {w} 或 i、j 为全局位置时为 1",
+    "position": "位置", "global": "全局",
+}}

@@ -18,13 +18,11 @@ The work grows linearly in L (about 3·L·D·N cells), where attention's scores 
 from dataclasses import dataclass, field
 
 import numpy as np
-from openpyxl.worksheet.formula import ArrayFormula
 
 from reference.ssm import ssm_ref
 from sheets._steps import dims, matmul
 from workbook_builder.kind import Kind
-from workbook_builder.layout import Block, SheetWriter
-from workbook_builder.refs import range_ref
+from workbook_builder.layout import Block
 
 
 @dataclass(frozen=True)
@@ -168,18 +166,17 @@ class Ssm(Kind):
             a_bar = sheet.step_block(
                 "A_BAR", "Ā_t = exp(Δ_t·A)   (zero-order hold)", L, D * N, tokens,
                 state_cols, cells=a_bar_cell,
+                # one array formula per channel: an L×1 column times a 1×N row
+                col_array=(N, lambda d, me: f"=EXP({delta.col(d)}*{a.row(d)})"),
                 explanation="How much of the state survives one step: in (0, 1) because "
                             "Δ > 0 and A < 0. Columns d.n: channel d, state n.")
-            _per_channel(sheet, a_bar, N,
-                         lambda d: f"=EXP({delta.col(d)}*{a.row(d)})")
             delta_b_u = sheet.step_block(
                 "DELTA_B_U", "B̄_t u_t = Δ_t·B_t·u_t   (Euler)", L, D * N, tokens,
                 state_cols, cells=delta_b_u_cell,
+                col_array=(N, lambda d, me: f"={delta.col(d)}*{u.col(d)}*{b_sel.whole()}"),
                 explanation="What the input writes into the state this step. Euler "
                             "B̄ = Δ·B, not ZOH's (ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code "
                             "does this.")
-            _per_channel(sheet, delta_b_u, N,
-                         lambda d: f"={delta.col(d)}*{u.col(d)}*{b_sel.whole()}")
 
         sheet.text("Step 4 — the scan: each row reads the row above it (h_0 = 0)", bold=True)
 
@@ -259,21 +256,6 @@ def _silu(x: str) -> str:
     return f"={x}*0.5*(1+TANH({x}/2))"
 
 
-def _per_channel(sheet: SheetWriter, block: Block, n_state: int, formula) -> None:
-    """In the `blocks` layout, replace a block's per-cell formulas with one array formula per
-    channel (its L×N column slice), since the L×D·N block is an outer product of an L×1
-    column and a 1×N row that no single portable formula can tile."""
-    if sheet.layout != "blocks":
-        return
-    for d in range(block.cols // n_state):
-        left = block.left + d * n_state
-        for i in range(block.rows):
-            for j in range(n_state):
-                sheet.ws.cell(block.top + i, left + j).value = None
-        ref = range_ref(block.top, left, block.bottom, left + n_state - 1)
-        sheet.ws.cell(block.top, left).value = ArrayFormula(ref, formula(d))
-
-
 def growth_table() -> str:
     """Formula cells of ssm vs attention at the same length: linear vs quadratic."""
     lines = [f"{'L':>5} {'ssm cells':>10} {'attention cells':>16}   (D = N = d_k = 4)"]
@@ -284,3 +266,68 @@ def growth_table() -> str:
 
 if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic table
     print(growth_table())
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+Ssm.translations = {"zh": {
+    "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows":
+        "Mamba S6 选择性扫描：softplus Δ，Ā = exp(ΔA)，h_t 逐行递推",
+    "Step 1 — inputs: the sequence U (one row per time step) and the parameters":
+        "Step 1：输入 — 序列 U（每个时间步一行）与参数",
+    "One row per time step, one column per channel.": "每个时间步一行，每个通道一列。",
+    "A is stored as its log so that A = −exp(A_LOG) stays negative: the state decays.":
+        "A 以对数形式存储，使 A = −exp(A_LOG) 始终为负：状态会衰减。",
+    "SSM input u_t": "SSM 输入 u_t", "Δ projection W_Δ": "Δ 投影 W_Δ",
+    "B projection W_B": "B 投影 W_B", "C projection W_C": "C 投影 W_C",
+    "log of −A": "−A 的对数",
+    "The skip connection: y_t gets D ⊙ u_t added.": "跳跃连接：y_t 加上 D ⊙ u_t。",
+    "Δ bias b_Δ": "Δ 偏置 b_Δ", "skip weight D": "跳跃权重 D",
+    'Step 2 — selection: Δ, B and C depend on the input at each step (this is what makes S6 '
+    '"selective")': "Step 2：选择机制 — Δ、B、C 在每一步都依赖输入（这就是 S6“选择性”的来源）",
+    "The step size before softplus.": "softplus 之前的步长。",
+    "Softplus keeps Δ positive. It is the natural log LN: base-10 LOG here (a bug in a "
+    "circulating Mamba sheet) makes every later block wrong. Above 20 PyTorch returns x "
+    "itself.": "Softplus 保证 Δ 为正。这里必须用自然对数 LN：用以 10 为底的 LOG（流传的某个 Mamba "
+               "表格中的错误）会让后面的每个块都出错。输入大于 20 时 PyTorch 直接返回 x。",
+    "Input matrix B for each time step.": "每个时间步的输入矩阵 B。",
+    "Read-out matrix C for each time step.": "每个时间步的读出矩阵 C。",
+    "Diagonal state matrix, one row of N decay rates per channel; it does not depend on the "
+    "input.": "对角状态矩阵，每个通道一行 N 个衰减率；它不依赖输入。",
+    "Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; B̄ = Δ·B is Euler "
+    "(not the paper's ZOH B̄), as mamba's selective_scan_ref does":
+        "Step 3：逐通道离散化 — Ā = exp(Δ·A) 为零阶保持；B̄ = Δ·B 为欧拉法（不是论文的 ZOH B̄），"
+        "与 mamba 的 selective_scan_ref 一致",
+    "How much of the state survives one step: in (0, 1) because Δ > 0 and A < 0. Columns "
+    "d.n: channel d, state n.": "状态经过一步后保留的比例：因为 Δ > 0 且 A < 0，所以在 (0, 1) "
+                              "之间。列 d.n：通道 d、状态 n。",
+    "What the input writes into the state this step. Euler B̄ = Δ·B, not ZOH's "
+    "(ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code does this.":
+        "这一步输入写入状态的量。欧拉法 B̄ = Δ·B，而不是 ZOH 的 (ΔA)⁻¹(exp(ΔA) − I)·ΔB："
+        "Mamba 的代码就是这样做的。",
+    "Ā_t = exp(Δ_t·A)   (zero-order hold)": "Ā_t = exp(Δ_t·A)   （零阶保持）",
+    "B̄_t u_t = Δ_t·B_t·u_t   (Euler)": "B̄_t u_t = Δ_t·B_t·u_t   （欧拉法）",
+    "Step 4 — the scan: each row reads the row above it (h_0 = 0)":
+        "Step 4：扫描 — 每行读取上一行（h_0 = 0）",
+    "The hidden state: N numbers per channel, updated once per row. Work and cells grow "
+    "linearly with the sequence length.": "隐藏状态：每个通道 N 个数，每行更新一次。计算量和"
+                                         "单元格数随序列长度线性增长。",
+    "Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t": "Step 5：读出 — y_t = C_t·h_t + D ⊙ u_t",
+    "Each channel reads its N states through C_t and adds the skip term. One formula per "
+    "cell in both layouts: a whole-block formula would need a reshape Excel lacks.":
+        "每个通道通过 C_t 读出它的 N 个状态，并加上跳跃项。两种布局都是每个单元格一个公式："
+        "整块公式需要 Excel 没有的 reshape。",
+    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N — linear in the length L; attention's "
+    "scores, exponentials and weights take 4·L².":
+        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N — 与长度 L 成线性；注意力的分数、指数和"
+        "权重需要 4·L²。",
+    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N + 2·L·D for the gate — linear in the length "
+    "L; attention's scores, exponentials and weights take 4·L².":
+        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N + 门控的 2·L·D — 与长度 L 成线性；注意力的"
+        "分数、指数和权重需要 4·L²。",
+    "Mamba's second branch; it gates the output.": "Mamba 的第二条分支；它对输出做门控。",
+    "gate branch z_t": "门控分支 z_t",
+    "z·sigmoid(z), written with TANH because z/(1+EXP(−z)) overflows for z below −709.":
+        "z·sigmoid(z)，用 TANH 写出，因为 z/(1+EXP(−z)) 在 z 小于 −709 时会溢出。",
+    "The gated output of the Mamba mixer (before out_proj).":
+        "Mamba 混合层的门控输出（out_proj 之前）。",
+}}

@@ -141,3 +141,32 @@ def test_demo_builds_checks_and_reruns_without_losing_edits(tmp_path):
     refused = run_cli("demo", "--out", out)
     assert edited.name in one_line_error(refused)
     assert openpyxl.load_workbook(edited).active["A2"].value == "my lesson notes"
+
+
+def _run_on_terminal(*args: str) -> bytes:
+    """The CLI with a pseudo-terminal as its stdout and stderr, as a user sees it."""
+    import os
+    import pty
+    import sys
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: becomes the CLI
+        os.execv(sys.executable, [sys.executable, "-m", "workbook_builder", *args])
+    chunks = []
+    try:
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    except OSError:  # the terminal closes when the child exits
+        pass
+    os.waitpid(pid, 0)
+    return b"".join(chunks)
+
+
+def test_progress_shows_on_a_terminal_only_and_not_with_quiet(tmp_path):
+    path = build(tmp_path, "attention", {"seq_len": 2, "d_model": 2, "d_k": 2})
+    on_terminal = _run_on_terminal("check", str(path))
+    assert b"evaluating book.xlsx with formulas" in on_terminal
+    assert b"all 10 steps pass" in on_terminal
+    assert b"evaluating" not in _run_on_terminal("check", str(path), "--quiet")
+    piped = run_cli("check", path)
+    assert piped.returncode == 0 and piped.stderr == ""

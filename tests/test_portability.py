@@ -17,7 +17,10 @@ from workbook_builder.kind import make_params
 
 # ../shared/DESIGN.md, "Formula style": the portable set
 ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN", "SUM", "IF",
-           "AND", "OR", "ABS", "TANH", "SIN", "COS", "PI", "POWER", "INDEX"}
+           "AND", "OR", "ABS", "TANH", "SIN", "COS", "PI", "POWER", "INDEX",
+           # exercise self-checks: in every Excel since 2.0, LibreOffice and `formulas`; the
+           # only way to count a student's text or #DIV/0! as wrong instead of erroring
+           "ISNUMBER"}
 _STRING = re.compile(r'"[^"]*"')
 _FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
 _SPILL = re.compile(r"[A-Z]+\$?\d+#")
@@ -99,8 +102,8 @@ def test_fresh_workbooks_carry_their_evaluated_values(demo_books):
     for path in demo_books:
         report = check_workbook(path)
         wb = openpyxl.load_workbook(path, data_only=True)
-        from workbook_builder.check import read_inputs
         from workbook_builder.book import read_spec, spec_kind_params
+        from workbook_builder.check import read_inputs
 
         kind, params = spec_kind_params(read_spec(wb, path))
         expected = kind.reference(read_inputs(wb, kind, params, path, dict), params)

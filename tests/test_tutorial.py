@@ -55,7 +55,7 @@ def test_reproduce_names_exactly_the_wrong_printed_numbers(tmp_path):
     assert result.returncode == 0, result.stderr
     tokens = TUTORIALS["wo-ai-ai"].tokens
     named = set()
-    for kind, step, token, col, printed, correct in re.findall(
+    for kind, step, token, col, _printed, correct in re.findall(
             r"^  (\w+) (\w+) row (\S+) col (\d+): printed ([\d.]+), correct ([\d.]+)$",
             result.stdout, re.M):
         i, j = tokens.index(token), int(col) - 1

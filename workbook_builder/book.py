@@ -30,20 +30,32 @@ class BookSpec:
     params: dict[str, Any]
     layout: str
     tokens: list[str]
+    lang: str = "en"
+    exercise: Any = None             # an exercise.ExerciseSpec for exercise workbooks
+    student: str | None = None       # set by `attnsheets class`
 
 
 def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], tokens: list[str],
-                   layout: str) -> Workbook:
+                   layout: str, lang: str = "en", exercise=None,
+                   student: str | None = None) -> Workbook:
+    from workbook_builder.exercise import KEY_SHEET, apply_exercise
+    from workbook_builder.i18n import catalog_for, translate_sheets
+
+    tr = catalog_for(kind, lang, tokens)
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = kind.sheet_title
     sheet = SheetWriter(ws, layout)
-    sheet.title(f"{kind.sheet_title}: {kind.summary}",
+    sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
                 f"{kind.describe(params)}; layout={layout}")
     kind.lay_out(sheet, params, inputs, tokens)
+    if exercise is not None:
+        apply_exercise(sheet, kind, params, inputs, tokens, layout, exercise)
     sheet.finish()
-    _write_about(wb, BookSpec(kind.name, dataclasses.asdict(params), layout, tokens),
-                 sorted(sheet.blocks))
+    translate_sheets(wb, tr, skip=[KEY_SHEET])
+    spec = BookSpec(kind.name, dataclasses.asdict(params), layout, tokens, lang, exercise,
+                    student)
+    _write_about(wb, spec, sorted(n for n in wb.defined_names), tr)
     for ws in wb.worksheets:
         print_setup(ws, f"attnsheets — {kind.name} — {ws.title}")
     return wb
@@ -62,16 +74,22 @@ def print_setup(ws, title: str) -> None:
     ws.oddFooter.center.text = "page &P of &N"
 
 
-def _write_about(wb: Workbook, spec: BookSpec, names: list[str]) -> None:
+def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str) -> None:
+    # the keys in column A are read back by `read_spec`, so they stay English
     ws = wb.create_sheet(ABOUT)
-    ws["A1"] = "attnsheets workbook"
+    ws["A1"] = tr("attnsheets workbook")
     ws["A1"].font = Font(bold=True, size=14)
-    ws["A2"] = ("Yellow cells are inputs: edit them and the formulas recalculate. "
-                "`attnsheets check` re-derives every step from the inputs held here now.")
+    ws["A2"] = tr("Yellow cells are inputs: edit them and the formulas recalculate. "
+                  "`attnsheets check` re-derives every step from the inputs held here now.")
     rows = [("kind", spec.kind), ("params", json.dumps(spec.params)),
             ("layout", spec.layout), ("tokens", json.dumps(spec.tokens, ensure_ascii=False)),
+            ("lang", spec.lang),
             ("generator", f"attnsheets {__version__}"),
             ("defined names", ", ".join(names))]
+    if spec.exercise is not None:
+        rows.append(("exercise", spec.exercise.to_json()))
+    if spec.student is not None:
+        rows.append(("student", spec.student))
     for i, (key, value) in enumerate(rows, start=4):
         ws.cell(i, 1, key).font = Font(bold=True)
         ws.cell(i, 2, value)
@@ -87,9 +105,15 @@ def read_spec(wb: Workbook, path: Path) -> BookSpec:
     for row in ws.iter_rows(min_row=1, max_col=2, values_only=True):
         if row[0] is not None:
             values[str(row[0])] = row[1]
+    from workbook_builder.exercise import ExerciseSpec
+
     try:
+        exercise = values.get("exercise")
         return BookSpec(str(values["kind"]), json.loads(values["params"]),
-                        str(values["layout"]), json.loads(values["tokens"]))
+                        str(values["layout"]), json.loads(values["tokens"]),
+                        str(values.get("lang") or "en"),
+                        None if exercise is None else ExerciseSpec.from_json(exercise),
+                        None if values.get("student") is None else str(values["student"]))
     except (KeyError, TypeError, ValueError):
         raise UserError(f"{path}: the {ABOUT} sheet lacks a readable kind/params/layout/"
                         f"tokens table") from None
@@ -129,7 +153,7 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> None:
     With `with_values`, every formula cell also carries the value the `formulas` engine
     computes from the workbook's own formulas, for previews and `data_only` readers."""
     from workbook_builder.cached_values import store_values
-    from workbook_builder.evaluate import evaluate_with_formulas
+    from workbook_builder.evaluate import FormulasModel
 
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
     temps = []
@@ -140,7 +164,8 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> None:
             temps.append(Path(tmp))
         wb.save(temps[0])
         if with_values:
-            store_values(temps[0], temps[1], evaluate_with_formulas(temps[0]))
+            # the workbook in memory is what was just saved: no need to read it back
+            store_values(temps[0], temps[1], FormulasModel(wb, path.name).evaluate())
             os.replace(temps[1], path)
         else:
             os.replace(temps[0], path)

@@ -24,12 +24,13 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
 
 def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
                    given: dict[str, np.ndarray] | None = None, tokens: list[str] | None = None,
-                   layout: str = "cells", force: bool = False) -> int:
+                   layout: str = "cells", force: bool = False, lang: str = "en",
+                   exercise=None) -> int:
     """Build and save atomically; returns the number of formula cells."""
     check_writable(path, force)
     inputs = complete_inputs(kind, params, given or {}, seed)
     labels = kind.labels(params, tokens)
-    wb = build_workbook(kind, params, inputs, labels, layout)
+    wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise)
     save_atomic(wb, path)
     return count_formula_cells(wb)
 

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from xml.sax.saxutils import escape
 
 from workbook_builder.evaluate import CellValues
-from workbook_builder.refs import parse_cell, parse_range
+from workbook_builder.refs import cell_ref, parse_cell, parse_range
 
 _CELL = re.compile(r'<c r="([A-Z]+\d+)"([^>]*?)(?:/>|>(.*?)</c>)', re.S)
 _ARRAY_REF = re.compile(r'<f t="array" ref="([A-Z]+\d+(?::[A-Z]+\d+)?)"')
@@ -59,17 +59,18 @@ def _typed(value) -> tuple[str, str] | None:
 
 
 def _rewrite_sheet(xml: str, sheet: str, values: CellValues) -> str:
-    members = set()
+    members = set()  # cells an array formula fills, as 'B16'
     for ref in _ARRAY_REF.findall(xml):
         top, left, bottom, right = parse_range(ref)
-        members.update((r, c) for r in range(top, bottom + 1) for c in range(left, right + 1))
+        members.update(cell_ref(r, c) for r in range(top, bottom + 1)
+                       for c in range(left, right + 1))
 
     def replace(match: re.Match) -> str:
         ref, attrs, body = match.group(1), match.group(2), match.group(3) or ""
+        if "<f" not in body and ref not in members:  # a constant: most cells of a big sheet
+            return match.group(0)
         row, col = parse_cell(ref)
         formula = re.match(r"<f[^>]*(?:/>|>.*?</f>)", body, re.S)
-        if formula is None and (row, col) not in members:
-            return match.group(0)
         typed = _typed(values.get((sheet.upper(), row, col)))
         if typed is None:
             return match.group(0)

@@ -19,13 +19,14 @@ from workbook_builder.book import open_workbook, read_spec, spec_kind_params
 from workbook_builder.errors import UserError
 from workbook_builder.evaluate import CellValues, evaluate_with_formulas
 from workbook_builder.libreoffice import evaluate_with_libreoffice
+from workbook_builder.progress import silent
 from workbook_builder.refs import cell_ref, parse_range
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
 # wrong formula is off by far more than this bound.
 RELATIVE_TOLERANCE = 1e-9
 
-Engine = Callable[[Path], CellValues]
+Engine = Callable[[Path, Workbook], CellValues]  # the file, and it loaded by openpyxl
 ENGINES: dict[str, Engine] = {"formulas": evaluate_with_formulas,
                               "libreoffice": evaluate_with_libreoffice}
 
@@ -159,25 +160,33 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues) -
 
 
 def check_workbook(path: Path, engine: str = "formulas",
-                   values: CellValues | None = None) -> CheckReport:
+                   values: CellValues | None = None,
+                   progress: Callable[[str], None] = silent) -> CheckReport:
     """`values` are the engine's results when they were computed already (e.g. many files
-    recalculated by one LibreOffice run)."""
+    recalculated by one LibreOffice run); `progress` hears what is being done."""
     started = time.perf_counter()
+    progress(f"reading {path.name}")
     wb = open_workbook(path)
     spec = read_spec(wb, path)
     kind, params = spec_kind_params(spec)
+    if spec.exercise is not None:  # blank steps: checked with the right answers typed in
+        from workbook_builder.exercise import check_exercise
+
+        return check_exercise(path, wb, spec, kind, params, engine, started)
     evaluate = ENGINES[engine]
     cache: list[CellValues] = [] if values is None else [values]
 
     def evaluated() -> CellValues:
         if not cache:
-            cache.append(evaluate(path))
+            progress(f"evaluating {path.name} with {engine}")
+            cache.append(evaluate(path, wb))
         return cache[0]
 
     inputs = read_inputs(wb, kind, params, path, evaluated)
     expected = kind.reference(inputs, params)
     places = {name: find_name(wb, name, path) for name in expected}
     values = evaluated()
+    progress(f"comparing {len(expected)} steps of {path.name}")
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
     for name, block in expected.items():
         report.steps.append(compare_block(places[name], np.asarray(block, float), values))
@@ -218,11 +227,13 @@ def format_side_by_side(reports: list[CheckReport]) -> str:
     for i, step in enumerate(first.steps):
         row = [r.steps[i] for r in reports]
         errors = []
-        for r, result in zip(reports, row, strict=True):
+        for result in row:
             shown = "-" if result.max_abs_error is None else f"{result.max_abs_error:.2e}"
-            errors.append(f"{shown if result.passed else shown + ' FAIL':>22}")
             if result.problem:
-                errors[-1] = f"{'FAIL':>22}"
+                shown = "FAIL"
+            elif not result.passed:
+                shown += " FAIL"
+            errors.append(f"{shown:>22}")
         verdict = "pass" if all(r.passed for r in row) else "FAIL" + "".join(
             f" ({r.engine}: {res.problem or res.worst_cell})"
             for r, res in zip(reports, row, strict=True) if not res.passed)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from workbook_builder.errors import UserError
 from workbook_builder.layout import LAYOUTS
+from workbook_builder.progress import Progress
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
@@ -42,6 +43,8 @@ def _add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
 def _parser() -> Parser:
     from workbook_builder import __version__
     from workbook_builder.kind import load_kinds
+    from workbook_builder.teaching_cli import add_commands as add_teaching_commands
+    from workbook_builder.teaching_cli import add_edition_flags
 
     parser = Parser(prog="attnsheets", description="Excel workbooks in which every step of "
                     "attention is a live formula, checked cell by cell against NumPy.")
@@ -69,6 +72,7 @@ def _parser() -> Parser:
                          help="cells: one formula per cell (default, best to read); "
                               "blocks: one array formula per step (compact, fast)")
         sub.add_argument("--force", action="store_true", help="replace an existing file")
+        add_edition_flags(sub)
 
     check = commands.add_parser("check", help="evaluate a workbook and compare every step "
                                 "with the NumPy reference")
@@ -78,6 +82,8 @@ def _parser() -> Parser:
                        default="formulas", help="which spreadsheet engine evaluates the "
                        "formulas: the `formulas` package (default), LibreOffice headless, "
                        "or both side by side")
+    check.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress line on the terminal")
 
     pdf = commands.add_parser("pdf", help="export a workbook to a printable PDF "
                               "(needs LibreOffice)")
@@ -91,6 +97,8 @@ def _parser() -> Parser:
                       help="folder for the workbooks (default ./demo)")
     demo.add_argument("--force", action="store_true",
                       help="replace files in DIR even if they were changed since built")
+    demo.add_argument("-q", "--quiet", action="store_true",
+                      help="no progress line on the terminal")
 
     reproduce = commands.add_parser("reproduce", help="rebuild a tutorial's worked example "
                                     "and compare it with the numbers the tutorial prints")
@@ -100,6 +108,7 @@ def _parser() -> Parser:
     reproduce.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                            help="folder for the workbooks (default .)")
     reproduce.add_argument("--force", action="store_true", help="replace existing files")
+    add_teaching_commands(commands, _add_param_flags)
     return parser
 
 
@@ -117,6 +126,7 @@ def _cmd_build(args) -> int:
     from workbook_builder.build import resolve_params, write_workbook
     from workbook_builder.inputs import load_inputs
     from workbook_builder.kind import get_kind
+    from workbook_builder.teaching_cli import exercise_from_args
 
     kind = get_kind(args.kind)
     explicit = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind.Params)
@@ -129,7 +139,8 @@ def _cmd_build(args) -> int:
     given = load_inputs(args.inputs)
     params = resolve_params(kind, explicit, given, tokens)
     cells = write_workbook(kind, params, args.output, seed=args.seed, given=given,
-                           tokens=tokens, layout=args.layout, force=args.force)
+                           tokens=tokens, layout=args.layout, force=args.force,
+                           lang=args.lang, exercise=exercise_from_args(args))
     print(f"wrote {args.output}: kind {kind.name}, {kind.describe(params)}, "
           f"layout {args.layout}, {cells} formula cells")
     return EXIT_OK
@@ -139,7 +150,12 @@ def _cmd_check(args) -> int:
     from workbook_builder.check import check_workbook, format_report, format_side_by_side
 
     engines = ["formulas", "libreoffice"] if args.engine == "all" else [args.engine]
-    per_file = [[check_workbook(path, engine) for engine in engines] for path in args.files]
+    progress = Progress(args.quiet)
+    try:
+        per_file = [[check_workbook(path, engine, progress=progress) for engine in engines]
+                    for path in args.files]
+    finally:
+        progress.clear()
     reports = [r for group in per_file for r in group]
     if args.json:
         data = [r.to_dict() for r in reports]
@@ -171,7 +187,7 @@ def _cmd_pdf(args) -> int:
 def _cmd_demo(args) -> int:
     from workbook_builder.demo import run_demo
 
-    return EXIT_OK if run_demo(args.out, args.force) else EXIT_MISMATCH
+    return EXIT_OK if run_demo(args.out, args.force, Progress(args.quiet)) else EXIT_MISMATCH
 
 
 def _cmd_reproduce(args) -> int:
@@ -180,7 +196,21 @@ def _cmd_reproduce(args) -> int:
     return EXIT_OK if run_reproduce(args.tutorial, args.out, args.force) else EXIT_MISMATCH
 
 
-COMMANDS = {"list": _cmd_list, "build": _cmd_build, "check": _cmd_check,
+def _cmd_class(args) -> int:
+    from workbook_builder.teaching_cli import cmd_class
+
+    return EXIT_OK if cmd_class(args) else EXIT_MISMATCH
+
+
+def _cmd_grade(args) -> int:
+    """Exit 1: some file could not be graded (not ours, or damaged); scores never fail."""
+    from workbook_builder.teaching_cli import cmd_grade
+
+    return EXIT_OK if cmd_grade(args) else EXIT_MISMATCH
+
+
+COMMANDS = {"class": _cmd_class, "grade": _cmd_grade,
+            "list": _cmd_list, "build": _cmd_build, "check": _cmd_check,
             "pdf": _cmd_pdf, "demo": _cmd_demo, "reproduce": _cmd_reproduce}
 
 

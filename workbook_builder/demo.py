@@ -9,6 +9,7 @@ import json
 import os
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from workbook_builder.build import write_workbook
@@ -16,6 +17,7 @@ from workbook_builder.check import check_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.kind import load_kinds, make_params
 from workbook_builder.layout import LAYOUTS
+from workbook_builder.progress import Progress
 
 MANIFEST = ".attnsheets-demo.json"
 
@@ -34,7 +36,7 @@ def demo_plan() -> list[tuple[str, type, dict, str]]:
     return plan
 
 
-def run_demo(out: Path, force: bool) -> bool:
+def run_demo(out: Path, force: bool, progress: Progress | None = None) -> bool:
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
@@ -50,21 +52,24 @@ def run_demo(out: Path, force: bool) -> bool:
             raise UserError(f"{path} exists and was not written by this demo unchanged; "
                             f"pass --force to replace it")
     print(f"{'workbook':<44} {'formula cells':>13} {'steps':>6} {'check s':>8}  result")
+    progress = progress or Progress(quiet=True)
+    progress(f"building and checking {len(plan)} workbooks on {_workers()} cores")
     all_passed = True
-    for name, kind, values, layout in plan:
-        path = out / name
-        cells = write_workbook(kind, make_params(kind, values), path, layout=layout,
-                               force=True)
-        manifest[name] = _sha256(path)
-        _save_manifest(manifest_path, manifest)
-        started = time.perf_counter()
-        report = check_workbook(path)
-        seconds = time.perf_counter() - started
-        all_passed &= report.passed
-        failed = [s.name for s in report.steps if not s.passed]
-        verdict = "pass" if report.passed else f"FAIL at {failed[0]}"
-        print(f"{str(path):<44} {cells:>13} {len(report.steps):>6} {seconds:>8.2f}  {verdict}",
-              flush=True)
+    # one workbook per task: the engine is single-threaded, so cores work side by side
+    with ProcessPoolExecutor(_workers()) as pool:
+        jobs = [pool.submit(_build_and_check, kind.name, values, layout, out / name)
+                for name, kind, values, layout in plan]
+        for number, ((name, *_), job) in enumerate(zip(plan, jobs, strict=True), start=1):
+            cells, passed, steps, first_failure, seconds = job.result()
+            manifest[name] = _sha256(out / name)
+            _save_manifest(manifest_path, manifest)
+            progress.clear()
+            all_passed &= passed
+            verdict = "pass" if passed else f"FAIL at {first_failure}"
+            print(f"{str(out / name):<44} {cells:>13} {steps:>6} {seconds:>8.2f}  {verdict}",
+                  flush=True)
+            progress(f"[{number}/{len(plan)}] done")
+    progress.clear()
     print(f"{len(plan)} workbooks in {out}: " + ("all checks pass" if all_passed
                                                  else "some checks FAILED"))
     for _, kind in sorted(load_kinds().items()):
@@ -72,6 +77,21 @@ def run_demo(out: Path, force: bool) -> bool:
         if note:
             print(f"\n{kind.name}: {note}")
     return all_passed
+
+
+def _workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def _build_and_check(kind_name: str, values: dict, layout: str, path: Path):
+    """In a worker process: (formula cells, passed, steps, first failing step, check s)."""
+    kind = load_kinds()[kind_name]
+    cells = write_workbook(kind, make_params(kind, values), path, layout=layout, force=True)
+    started = time.perf_counter()
+    report = check_workbook(path)
+    failed = [s.name for s in report.steps if not s.passed]
+    return (cells, report.passed, len(report.steps), failed[0] if failed else "",
+            time.perf_counter() - started)
 
 
 def _save_manifest(path: Path, manifest: dict) -> None:

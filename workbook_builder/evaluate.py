@@ -1,4 +1,14 @@
-"""Evaluates a workbook's formulas with the `formulas` engine, quietly."""
+"""Evaluates a workbook's formulas with the `formulas` engine, quietly and fast.
+
+The engine's own loader (`ExcelModel.loads`) turns every constant cell into a graph node,
+~0.3 ms each, and then intersects the index set of every range on a sheet with every range
+it must assemble, O(cells²) on sheets with large blocks: a 512×512 weight matrix takes
+minutes. So the model is built with the engine's documented `from_dict` instead, from the
+openpyxl workbook: formulas (single-cell and array) as the file holds them, each input block
+(a defined name that holds only numbers) as one range node, other constants as cells. The
+engine parses and evaluates the same formulas either way; tests/test_evaluate.py checks that
+both loaders give identical values.
+"""
 
 import contextlib
 import functools
@@ -9,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openpyxl
+from openpyxl.workbook.workbook import Workbook
+from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.refs import cell_ref, parse_range
+from workbook_builder.refs import cell_ref, parse_range, range_ref
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
 # (defined names appear as "'[book.xlsx]'!NAME": no sheet, and skipped)
@@ -36,37 +49,162 @@ def _quiet_engine() -> Iterator[None]:
         tqdm.tqdm = original
 
 
-def evaluate_with_formulas(path: Path) -> CellValues:
-    """Every cell value the engine computed (formula cells and the constants they read)."""
-    return FormulasModel(path).evaluate()
+def _push_smaller_side(self, indices, output=None):
+    """formulas' RangesAssembler.push, with the intersection taken by iterating the smaller
+    side: the original copies `indices` (a whole range's index set) on every call. Same
+    result, same bookkeeping."""
+    missing = self.missing
+    if len(missing) < len(indices):
+        found = {i for i in missing if i in indices}
+    else:
+        found = set(indices) & missing
+    if found:
+        missing.difference_update(found)
+        found = {indices[i]: i for i in found} if output is None else {output: indices}
+        self.inputs.update(dict.fromkeys(found, None))
+        if output is None or indices.issubset(self.indices):
+            self.outputs.update(found)
+    return missing
+
+
+@contextlib.contextmanager
+def _fast_range_assembly() -> Iterator[None]:
+    from formulas.cell import RangesAssembler
+
+    original = RangesAssembler.push
+    RangesAssembler.push = _push_smaller_side
+    try:
+        yield
+    finally:
+        RangesAssembler.push = original
+
+
+def _is_formula(value: Any) -> bool:
+    return isinstance(value, ArrayFormula) or (isinstance(value, str) and value.startswith("="))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def model_dict(wb: Workbook, book: str) -> dict[str, Any]:
+    """The workbook as `ExcelModel.from_dict` takes it: "'[book]SHEET'!REF" -> formula text
+    or value; "'[book]'!NAME" -> "=reference" for defined names."""
+    def key(sheet: str, ref: str) -> str:
+        return f"'[{book}]{sheet.upper()}'!{ref}"
+
+    # openpyxl keeps only the cells a file holds in `_cells`; iter_rows would create every
+    # empty cell of the used rectangle (a million of them beside a 512×512 matrix)
+    sheets = {ws.title: ws._cells for ws in wb.worksheets}
+    entries: dict[str, Any] = {}
+    array_members: set[tuple[str, int, int]] = set()  # filled by an array formula
+    formula_cells: set[tuple[str, int, int]] = set()
+    for title, cells in sheets.items():
+        for (r, c), cell in cells.items():
+            if isinstance(cell.value, ArrayFormula):
+                top, left, bottom, right = parse_range(cell.value.ref)
+                array_members.update((title, i, j) for i in range(top, bottom + 1)
+                                     for j in range(left, right + 1))
+            elif _is_formula(cell.value):
+                formula_cells.add((title, r, c))
+    grouped: set[tuple[str, int, int]] = set()
+    for name, defined in wb.defined_names.items():
+        destinations = list(defined.destinations)
+        if len(destinations) != 1 or destinations[0][0] not in sheets:
+            continue
+        sheet, ref = destinations[0]
+        entries[f"'[{book}]'!{name}"] = f"={key(sheet, ref.replace('$', ''))}"
+        top, left, bottom, right = parse_range(ref.replace("$", ""))
+        block = [(sheet, r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)]
+        if len(block) < 2 or any(c in array_members or c in formula_cells or c in grouped
+                                 for c in block):
+            continue
+        cells = sheets[sheet]
+        values = [[getattr(cells.get((r, c)), "value", None) for c in range(left, right + 1)]
+                  for r in range(top, bottom + 1)]
+        if all(_is_number(v) for row in values for v in row):
+            entries[key(sheet, range_ref(top, left, bottom, right))] = values
+            grouped.update(block)
+    for title, cells in sheets.items():
+        for (r, c), cell in cells.items():
+            value = cell.value
+            if value is None or (title, r, c) in grouped:
+                continue
+            if isinstance(value, ArrayFormula):
+                entries[key(title, value.ref)] = value.text
+            elif (title, r, c) not in array_members:  # an application's cached array values
+                entries[key(title, cell.coordinate)] = value
+    return entries
+
+
+def evaluate_with_formulas(path: Path, wb: Workbook | None = None) -> CellValues:
+    """Every formula cell's value (and the constants the engine read, except input blocks).
+    `wb` is the workbook already loaded from `path`, if the caller has it."""
+    return FormulasModel(path if wb is None else wb, Path(path).name).evaluate()
 
 
 class FormulasModel:
     """A workbook parsed once by the `formulas` engine and evaluated for any number of input
-    sets. Parsing costs ~2 ms per formula cell, a calculation a small fraction of that, so
+    sets. Parsing costs ~1–2 ms per formula cell, a calculation a small fraction of that, so
     workbooks that share one formula structure (a class of students, a re-check with new
     inputs) are parsed once."""
 
-    def __init__(self, path: Path):
+    def __init__(self, source: Path | Workbook, book: str | None = None):
         import formulas
 
-        with _quiet_engine():
-            self._model = formulas.ExcelModel().loads(str(path)).finish()
-        self._book = Path(path).name
+        if isinstance(source, Workbook):
+            wb, self._book = source, book or "book.xlsx"
+        else:
+            wb, self._book = openpyxl.load_workbook(source), Path(source).name
+        entries = model_dict(wb, self._book)
+        # input blocks: one range node each; read back from the file, not from the engine
+        self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
+        with _quiet_engine(), _fast_range_assembly():
+            self._model = formulas.ExcelModel().from_dict(entries)
 
     def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
         """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""
-        overrides = {f"'[{self._book}]{sheet.upper()}'!{cell_ref(row, col)}": value
-                     for (sheet, row, col), value in (inputs or {}).items()}
+        overrides: dict[str, Any] = {}
+        blocks: dict[str, list[list]] = {}
+        for (sheet, row, col), value in (inputs or {}).items():
+            key = f"'[{self._book}]{sheet.upper()}'!{cell_ref(row, col)}"
+            block = self._block_of(sheet, row, col)
+            if block is None:
+                overrides[key] = value
+                continue
+            name, top, left = block
+            if name not in blocks:
+                blocks[name] = [list(r) for r in self._blocks[name]]
+            blocks[name][row - top][col - left] = value
+        overrides.update(blocks)
         with _quiet_engine():
             solution = self._model.calculate(inputs=overrides) if overrides else \
                 self._model.calculate()
-        return _solution_values(solution)
+        values = _solution_values(solution, set(self._blocks))
+        for name, rows in self._blocks.items():  # the input blocks, as given
+            sheet, _, ref = name[len(self._book) + 3:].partition("'!")
+            top, left, _, _ = parse_range(ref)
+            for i, row in enumerate(blocks.get(name, rows)):
+                for j, value in enumerate(row):
+                    values[(sheet, top + i, left + j)] = value
+        return values
+
+    def _block_of(self, sheet: str, row: int, col: int) -> tuple[str, int, int] | None:
+        """The input block node holding a cell, with the block's top-left corner."""
+        prefix = f"'[{self._book}]{sheet.upper()}'!"
+        for name in self._blocks:
+            if name.startswith(prefix):
+                top, left, bottom, right = parse_range(name[len(prefix):])
+                if top <= row <= bottom and left <= col <= right:
+                    return name, top, left
+        return None
 
 
-def _solution_values(solution) -> CellValues:
+def _solution_values(solution, skip: set[str] = frozenset()) -> CellValues:
     values: CellValues = {}
     for key, ranges in solution.items():
+        if key in skip:
+            continue
         match = _KEY.match(str(key))
         if not match or not hasattr(ranges, "value"):
             continue

@@ -32,6 +32,9 @@ class Kind:
     test_cases: ClassVar[list[dict[str, Any]]] = []
     # (file stem, parameters) that `attnsheets demo` builds
     demo_cases: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+    # the kind's sheet text in other languages: {"zh": {English as written: translation}},
+    # "{name}" slots matching formatted text (workbook_builder/i18n.py)
+    translations: ClassVar[dict[str, dict[str, str]]] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -104,9 +107,9 @@ class Kind:
 
     @classmethod
     def describe(cls, params) -> str:
-        """Parameters as a short line for the sheet subtitle."""
+        """Parameters as a short line for the sheet subtitle (unset options left out)."""
         return ", ".join(f"{f.name}={getattr(params, f.name)}"
-                         for f in dataclasses.fields(params))
+                         for f in dataclasses.fields(params) if getattr(params, f.name) is not None)
 
     @classmethod
     def demo_note(cls) -> str | None:

@@ -12,6 +12,7 @@ Blocks are placed top to bottom, or left to right inside a `band()`.
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from copy import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +121,10 @@ class SheetWriter:
         self.current: Block | None = None
         self._band: list[int] | None = None  # [top, next left, lowest bottom]
         self.blocks: dict[str, Block] = {}
+        # an exercise's hidden answer key lays the same blocks out again: unnamed (the
+        # names stay on the visible sheet), its inputs linked to the visible inputs
+        self.name_blocks = True
+        self.linked_inputs: dict[str, Block] | None = None
 
     # -- sheet furniture -------------------------------------------------------------------
     def title(self, text: str, subtitle: str = "") -> None:
@@ -179,6 +184,8 @@ class SheetWriter:
         if block.name in self.blocks:
             raise ValueError(f"block {block.name} placed twice")
         self.blocks[block.name] = block
+        if not self.name_blocks:
+            return
         wb = self.ws.parent
         wb.defined_names[block.name] = DefinedName(block.name, attr_text=block.address())
 
@@ -190,10 +197,16 @@ class SheetWriter:
         rows, cols = values.shape
         block = self._place(name, rows, cols)
         self._header(block, equation, row_labels, col_labels, explanation, corner)
+        source = (self.linked_inputs or {}).get(name)
+        first = self.ws.cell(block.top, block.left)
+        first.fill = INPUT_FILL  # the others copy its style record (see _paint)
         for i in range(rows):
             for j in range(cols):
-                cell = self.ws.cell(block.top + i, block.left + j, _plain(values[i, j]))
-                cell.fill = INPUT_FILL
+                value = _plain(values[i, j]) if source is None else \
+                    f"={quote_sheet(source.sheet)}!{source.fixed(i, j)}"
+                cell = self.ws.cell(block.top + i, block.left + j, value)
+                if i or j:
+                    cell._style = copy(first._style)
         self._name(block)
         return block
 
@@ -201,11 +214,14 @@ class SheetWriter:
                    row_labels: Sequence, col_labels: Sequence, cells: CellFormula,
                    array: Callable[[Block], str] | None = None,
                    row_array: Callable[[int, Block], str] | None = None,
+                   col_array: tuple[int, Callable[[int, Block], str]] | None = None,
                    explanation: str = "", corner: str = "", heatmap: bool = False) -> Block:
         """A step: one formula per cell (`cells` layout, or when neither `array` nor
         `row_array` is given); in the `blocks` layout one array formula for the whole block
         (`array`), or one per row (`row_array(i, block)`, for recurrences down the rows, where
-        a whole-block formula would read itself). Both layouts must compute the same numbers."""
+        a whole-block formula would read itself), or one per slice of `width` columns
+        (`col_array = (width, formula(k, block))`, e.g. one per head or channel). Both layouts
+        must compute the same numbers."""
         block = self._place(name, rows, cols)
         self.current = block
         self._header(block, equation, row_labels, col_labels, explanation, corner)
@@ -218,15 +234,17 @@ class SheetWriter:
             for i in range(rows):
                 ref = block.row(i).replace("$", "")
                 ws.cell(block.top + i, block.left).value = ArrayFormula(ref, row_array(i, block))
+        elif self.layout == "blocks" and col_array is not None:
+            width, formula = col_array
+            for k in range(cols // width):
+                ref = block.cols_range(k * width, (k + 1) * width - 1).replace("$", "")
+                ws.cell(block.top, block.left + k * width).value = ArrayFormula(
+                    ref, formula(k, block))
         else:
             for i in range(rows):
                 for j in range(cols):
                     ws.cell(block.top + i, block.left + j).value = cells(i, j)
-        for i in range(rows):
-            for j in range(cols):
-                cell = ws.cell(block.top + i, block.left + j)
-                cell.fill = FORMULA_FILL
-                cell.number_format = NUMBER_FORMAT
+        _paint(ws, block, FORMULA_FILL, NUMBER_FORMAT)
         if heatmap:
             ws.conditional_formatting.add(
                 block.whole().replace("$", ""),
@@ -241,6 +259,21 @@ class SheetWriter:
         for col in range(1, self.ws.max_column + 1):
             self.ws.column_dimensions[cell_ref(1, col)[:-1]].width = 9
         self.ws.freeze_panes = "A4"
+
+
+def _paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = "") -> None:
+    """Style every data cell like the first. Setting a style attribute hashes the whole
+    style each time (~10 µs); copying the first cell's style record (what openpyxl's own
+    copy_worksheet does) keeps a 512×512 block to a fraction of a second."""
+    first = ws.cell(block.top, block.left)
+    first.fill = fill
+    if number_format:
+        first.number_format = number_format
+    for i in range(block.rows):
+        for j in range(block.cols):
+            if i or j:
+                ws.cell(block.top + i, block.left + j)._style = copy(first._style)
+
 
 
 def _plain(x: float) -> float | int:

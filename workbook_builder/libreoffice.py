@@ -85,7 +85,7 @@ def read_values(path: Path) -> CellValues:
     return values
 
 
-def evaluate_with_libreoffice(path: Path) -> CellValues:
+def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:
     """Every cell value after LibreOffice recalculated the workbook."""
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
         return read_values(convert(path, "xlsx", Path(outdir)))

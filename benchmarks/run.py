@@ -1,0 +1,179 @@
+"""Builds, checks and times a fixed set of workbooks; prints a table and writes it to
+benchmarks/results.md.
+
+    .venv/bin/python benchmarks/run.py [--repeat 3] [--only NAME,...] [--out FILE]
+
+Each command runs as a user runs it (a new `attnsheets` process), so times include start-up.
+Columns: formula cells; build s; check s (the `formulas` engine); LibreOffice s (headless
+recalculation of the same file, `soffice --convert-to xlsx` with recalc-always); the ratio
+check / LibreOffice; peak memory of the check process. Times are medians of --repeat runs.
+"""
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str
+    args: tuple[str, ...]
+    layout: str
+    target: str = ""
+
+
+CASES = [
+    Case("attention n=8 d=8", "attention", ("--seq-len", "8", "--d-model", "8", "--d-k", "8"),
+         "cells", "build + check < 2 s"),
+    Case("multihead n=16 d=16 H=4", "multihead",
+         ("--seq-len", "16", "--d-model", "16", "--heads", "4"), "cells"),
+    Case("multihead n=10 d=512 H=8", "multihead",
+         ("--seq-len", "10", "--d-model", "512", "--heads", "8"), "blocks",
+         "build + check < 20 s, < 1.5 GB"),
+    Case("attention n=128 d=32", "attention",
+         ("--seq-len", "128", "--d-model", "32", "--d-k", "32"), "blocks"),
+    Case("flash n=64 B=16", "flash",
+         ("--seq-len", "64", "--d-model", "16", "--d-k", "16", "--block-size", "16"),
+         "blocks"),
+    Case("ssm L=64 D=8 N=16", "ssm", ("--seq-len", "64", "--d-model", "8", "--d-state", "16"),
+         "blocks"),
+]
+CLASS_SIZE = 40
+
+
+def run_measured(command: list[str], cwd: Path) -> tuple[float, float, str]:
+    """(wall seconds, peak memory MB, stdout) of one command; the peak RSS comes from
+    wait4 (Popen.wait would reap the child without it)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    out = process.stdout.read()
+    err = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}): "
+                           f"{(err or out).strip()[-300:]}")
+    return seconds, usage.ru_maxrss / 1024, out
+
+
+def libreoffice_seconds(path: Path, work: Path) -> float | None:
+    from workbook_builder.libreoffice import convert, soffice_path
+
+    if soffice_path() is None:
+        return None
+    started = time.perf_counter()
+    convert(path, "xlsx", Path(tempfile.mkdtemp(dir=work)))
+    return time.perf_counter() - started
+
+
+def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
+    from workbook_builder.kind import load_kinds
+
+    if case.kind not in load_kinds():
+        return {"case": case, "skipped": f"kind {case.kind} not built yet"}
+    path = work / (re.sub(r"\W+", "_", case.name) + ".xlsx")
+    builds, checks, peaks, lo = [], [], [], []
+    cells = 0
+    for _ in range(repeat):
+        seconds, _, out = run_measured([*tool, "build", case.kind, "-o", str(path), "--force",
+                                        "--layout", case.layout, *case.args], work)
+        builds.append(seconds)
+        cells = int(re.search(r"(\d+) formula cells", out).group(1))
+        seconds, peak, out = run_measured([*tool, "check", str(path)], work)
+        checks.append(seconds)
+        peaks.append(peak)
+        lo_seconds = libreoffice_seconds(path, work)
+        if lo_seconds is not None:
+            lo.append(lo_seconds)
+    return {"case": case, "cells": cells, "build": statistics.median(builds),
+            "check": statistics.median(checks), "peak": max(peaks),
+            "lo": statistics.median(lo) if lo else None}
+
+
+def measure_class(repeat: int, work: Path, tool: list[str]) -> dict:
+    case = Case(f"class of {CLASS_SIZE}, attention n=4 d=4", "attention", (), "cells",
+                "workbooks + keys + verification < 60 s")
+    probe = subprocess.run([*tool, "class", "--help"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return {"case": case, "skipped": "`attnsheets class` not built yet"}
+    roster = work / "roster.csv"
+    roster.write_text("id,name\n" + "".join(f"s{i:03d},Student {i}\n"
+                                              for i in range(CLASS_SIZE)))
+    times, peaks = [], []
+    for r in range(repeat):
+        out = work / f"class{r}"
+        seconds, peak, _ = run_measured([*tool, "class", "attention", "--roster", str(roster),
+                                         "--out", str(out), "--exercise", "WEIGHTS,OUTPUT"],
+                                        work)
+        times.append(seconds)
+        peaks.append(peak)
+    return {"case": case, "cells": None, "build": statistics.median(times), "check": None,
+            "peak": max(peaks), "lo": None}
+
+
+def table(rows: list[dict], repeat: int) -> str:
+    lines = [f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+             f"{platform.python_version()}; medians of {repeat} run(s); "
+             f"{time.strftime('%Y-%m-%d')}.", "",
+             "| case | layout | formula cells | build s | check s | LibreOffice s | "
+             "check / LO | peak MB (check) | target |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def num(x, fmt="{:.2f}"):
+        return "–" if x is None else fmt.format(x)
+
+    for row in rows:
+        case = row["case"]
+        if "skipped" in row:
+            lines.append(f"| {case.name} | {case.layout} | – | – | – | – | – | – | "
+                         f"skipped: {row['skipped']} |")
+            continue
+        ratio = row["check"] / row["lo"] if row.get("check") and row.get("lo") else None
+        lines.append(f"| {case.name} | {case.layout} | {num(row['cells'], '{}')} | "
+                     f"{num(row['build'])} | {num(row['check'])} | {num(row['lo'])} | "
+                     f"{num(ratio, '{:.1f}×')} | {num(row['peak'], '{:.0f}')} | "
+                     f"{case.target} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", help="comma-separated case names (substring match)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.md")
+    args = parser.parse_args()
+    tool = [shutil.which("attnsheets") or str(Path(sys.executable).parent / "attnsheets")]
+    cases = CASES if not args.only else [
+        c for c in CASES if any(s.strip() in c.name for s in args.only.split(","))]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="attnsheets-bench-") as tmp:
+        work = Path(tmp)
+        for case in cases:
+            rows.append(measure(case, args.repeat, work, tool))
+            print(table(rows[-1:], args.repeat).splitlines()[-1], flush=True)
+        if not args.only or "class" in args.only:
+            rows.append(measure_class(args.repeat, work, tool))
+    text = table(rows, args.repeat)
+    print("\n" + text)
+    args.out.write_text("# Benchmark results\n\n" + text + "\n")
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""Exercises: chosen step blocks left empty for the student, with live self-checks.
+
+The blanked cells keep their place (and their defined name), so every later step still
+reads them and works from the student's entries. For the self-check, the whole computation
+is laid out a second time on a `veryHidden` sheet, its input blocks linked to the visible
+inputs (the answers follow edited inputs) and its blocks unnamed. Each blanked step gets
+per-row ✓/✗ marks beside it and a defined name CHECK_<STEP> on the count of cells within
+the tolerance of the hidden answer (blank, text and error cells are not correct).
+
+veryHidden hides the key sheet from Excel's Unhide dialog; anyone who opens the .xlsx as a
+zip (or Excel's VBA editor) can still read it. `self_check=False` writes no answers at all.
+"""
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from openpyxl.styles import Border, Font, PatternFill, Side
+from openpyxl.workbook.defined_name import DefinedName
+from openpyxl.worksheet.formula import ArrayFormula
+
+from workbook_builder.errors import UserError
+from workbook_builder.layout import LABEL_FONT, NAME_FONT, Block, SheetWriter
+from workbook_builder.refs import cell_ref, quote_sheet
+
+KEY_SHEET = "Key"
+DEFAULT_TOLERANCE = 0.001
+ANSWER_FILL = PatternFill("solid", fgColor="E2EFDA")  # pale green: your answer goes here
+_DASHED = Side(style="dashed", color="548235")
+ANSWER_BORDER = Border(left=_DASHED, right=_DASHED, top=_DASHED, bottom=_DASHED)
+LEGEND = "yellow = input you may edit    blue = live formula    green = your answer"
+
+
+@dataclass(frozen=True)
+class ExerciseSpec:
+    steps: tuple[str, ...]
+    tolerance: float = DEFAULT_TOLERANCE
+    self_check: bool = True
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "steps": list(self.steps)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "ExerciseSpec":
+        data = json.loads(text)
+        return cls(tuple(data["steps"]), float(data["tolerance"]), bool(data["self_check"]))
+
+
+def parse_steps(text: str) -> tuple[str, ...]:
+    """'weights, output' -> ('WEIGHTS', 'OUTPUT'); checked against the kind later."""
+    steps = tuple(s.strip().upper() for s in text.split(","))
+    if not all(steps):
+        raise UserError("--exercise has an empty step name")
+    if len(set(steps)) != len(steps):
+        raise UserError("--exercise names a step twice")
+    return steps
+
+
+def make_spec(steps_text: str, tolerance: float | None, self_check: bool) -> ExerciseSpec:
+    tolerance = DEFAULT_TOLERANCE if tolerance is None else tolerance
+    if not math.isfinite(tolerance) or tolerance <= 0:
+        raise UserError(f"--tolerance must be a positive number, got {tolerance}")
+    return ExerciseSpec(parse_steps(steps_text), tolerance, self_check)
+
+
+def step_names(kind, params) -> list[str]:
+    """The blocks a student may be asked for: every step, in sheet order, no inputs."""
+    import numpy as np
+
+    inputs = {name: np.zeros(shape) for name, shape in kind.input_shapes(params).items()}
+    return list(kind.reference(inputs, params))
+
+
+def validate_steps(kind, params, spec: ExerciseSpec) -> None:
+    known = step_names(kind, params)
+    for step in spec.steps:
+        if step not in known:
+            raise UserError(f"kind {kind.name} has no step {step!r} with these parameters; "
+                            f"its steps are {', '.join(known)}")
+
+
+def _number(x: float) -> str:
+    """A literal every engine parses (the `formulas` engine wants a signed exponent)."""
+    text = repr(float(x))
+    return text if "e" not in text else f"{x:.6E}"
+
+
+def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str,
+                   spec: ExerciseSpec) -> None:
+    """Blank the exercise steps on `sheet` and add the hidden key and self-checks."""
+    validate_steps(kind, params, spec)
+    ws, wb = sheet.ws, sheet.ws.parent
+    ws.cell(3, 1).value = LEGEND
+    key = None
+    if spec.self_check:
+        key = SheetWriter(wb.create_sheet(KEY_SHEET), layout)
+        key.name_blocks, key.linked_inputs = False, dict(sheet.blocks)
+        key.title(f"{kind.sheet_title}: answer key")
+        kind.lay_out(key, params, inputs, tokens)
+        key.ws.sheet_state = "veryHidden"
+    for step in spec.steps:
+        _blank(ws, sheet.blocks[step])
+    row = sheet.row
+    ws.cell(row, 1, "Exercise: fill in the green cells (numbers or formulas); later steps "
+                    "use your entries.").font = Font(bold=True)
+    if key is None:
+        return
+    tol = _number(spec.tolerance)
+    row += 1
+    ws.cell(row, 1, f"Self-check (a cell is correct within ±{spec.tolerance:g})").font = \
+        Font(bold=True)
+    ws.cell(row + 1, 1, "✓ = row correct, ✗ = not yet").font = LABEL_FONT
+    for j, header in enumerate(("step", "correct", "of"), start=1):
+        ws.cell(row + 2, j, header).font = LABEL_FONT
+    for n, step in enumerate(spec.steps):
+        mine, answer = sheet.blocks[step], key.blocks[step]
+        for i in range(mine.rows):
+            mark = cell_ref(mine.top + i, mine.right + 1)
+            ws[mark] = ArrayFormula(mark, f'=IF({_count(mine, answer, tol, i)}='
+                                          f'{mine.cols},"✓","✗")')
+        r = row + 3 + n
+        ws.cell(r, 1, step).font = NAME_FONT
+        count = cell_ref(r, 2)
+        ws[count] = ArrayFormula(count, f"={_count(mine, answer, tol)}")
+        ws.cell(r, 3, mine.rows * mine.cols)
+        wb.defined_names[f"CHECK_{step}"] = DefinedName(
+            f"CHECK_{step}", attr_text=f"{quote_sheet(ws.title)}!{cell_ref(r, 2, True, True)}")
+
+
+def _blank(ws, block: Block) -> None:
+    for i in range(block.rows):
+        for j in range(block.cols):
+            cell = ws.cell(block.top + i, block.left + j)
+            cell.value = None
+            cell.fill, cell.border = ANSWER_FILL, ANSWER_BORDER
+
+
+def _count(mine: Block, answer: Block, tol: str, row: int | None = None) -> str:
+    """Cells of `mine` (or of one row) within `tol` of the key, for an array formula (IF over
+    a range needs array evaluation in Excel 2019 and older). ISNUMBER first, so blanks,
+    text and error values count as wrong instead of turning the count into an error."""
+    if row is None:
+        got, want = mine.whole(), answer.whole()
+    else:
+        got, want = mine.row(row), answer.row(row)
+    want = f"{quote_sheet(answer.sheet)}!{want}"
+    return f"SUM(IF(ISNUMBER({got}),IF(ABS({got}-{want})<={tol},1,0),0))"
+
+
+def key_range(where, sheet: str = KEY_SHEET):
+    """The hidden key's copy of a visible named block (laid out at the same place)."""
+    from workbook_builder.check import NamedRange
+
+    return NamedRange(f"{sheet}!{where.name}", sheet, where.top, where.left, where.bottom,
+                      where.right)
+
+
+def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict) -> None:
+    """A copy of the exercise with the right answers typed into the exercise cells."""
+    import openpyxl
+
+    from workbook_builder.check import find_name
+
+    wb = openpyxl.load_workbook(path)
+    for step in spec.steps:
+        where = find_name(wb, step, path)
+        ws = wb[where.sheet]
+        for i in range(where.shape[0]):
+            for j in range(where.shape[1]):
+                ws.cell(where.top + i, where.left + j).value = float(expected[step][i, j])
+    wb.save(target)
+
+
+def check_exercise(path: Path, wb, spec, kind, params, engine: str, started: float):
+    """`check` for an exercise workbook: is it a correct exercise? In a copy with the right
+    answers typed into the exercise cells, every other visible step must equal the
+    reference (so later steps really work from the student's entries), every block of the
+    hidden key must equal it (so the self-check compares with right answers), and every
+    CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
+    import tempfile
+    import time
+
+    import numpy as np
+
+    from workbook_builder.check import ENGINES, CheckReport, compare_block, find_name, read_inputs
+
+    evaluate = ENGINES[engine]
+    exercise: ExerciseSpec = spec.exercise
+    inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path))
+    expected = {name: np.asarray(block, float)
+                for name, block in kind.reference(inputs, params).items()}
+    places = {name: find_name(wb, name, path) for name in expected}
+    with tempfile.TemporaryDirectory(prefix="attnsheets-check-") as tmp:
+        filled = Path(tmp) / path.name
+        filled_copy(path, filled, exercise, expected)
+        values = evaluate(filled)
+    report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
+    for name, block in expected.items():
+        if name not in exercise.steps:
+            report.steps.append(compare_block(places[name], block, values))
+    if exercise.self_check:
+        if KEY_SHEET not in wb.sheetnames:
+            raise UserError(f"{path}: the hidden {KEY_SHEET} sheet of its self-checks is "
+                            f"missing")
+        for name, block in expected.items():
+            report.steps.append(compare_block(key_range(places[name]), block, values))
+        for step in exercise.steps:
+            where = find_name(wb, f"CHECK_{step}", path)
+            report.steps.append(compare_block(where, np.array([[expected[step].size]], float),
+                                              values))
+    report.seconds = time.perf_counter() - started
+    return report

@@ -1,0 +1,213 @@
+"""`grade`: score returned exercise workbooks, one CSV row per file.
+
+The right answers are recomputed with the NumPy reference from the inputs each file holds
+(as `check` does), never read from the file's hidden key, so a student who edited the key
+gains nothing. A cell counts as correct when it holds a number within the workbook's
+tolerance of the answer: a typed value, or a formula's value as Excel or LibreOffice saved
+it (files never opened in an application are evaluated with the `formulas` engine). Text,
+blanks and error values are wrong. Answers are from the inputs alone: a wrong WEIGHTS is not
+carried forward into OUTPUT, matching the in-sheet self-check.
+"""
+
+import csv
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openpyxl
+from openpyxl.worksheet.formula import ArrayFormula
+
+from workbook_builder.book import open_workbook, read_spec, spec_kind_params
+from workbook_builder.check import find_name, read_inputs
+from workbook_builder.errors import UserError
+from workbook_builder.refs import parse_range
+
+
+@dataclass
+class Grade:
+    file: str
+    student: str = ""
+    kind: str = ""
+    steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # step -> (correct, of)
+    problem: str = ""
+
+    @property
+    def correct(self) -> int:
+        return sum(c for c, _ in self.steps.values())
+
+    @property
+    def total(self) -> int:
+        return sum(t for _, t in self.steps.values())
+
+
+def collect_files(paths: list[Path]) -> list[Path]:
+    """Files named, and the .xlsx files of folders named (answer keys `*_key.xlsx`, lock
+    files `~$*` and hidden files skipped)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.glob("*.xlsx") if not p.name.endswith("_key.xlsx")
+                            and not p.name.startswith(("~$", ".")))
+        elif path.exists():
+            files.append(path)
+        else:
+            raise UserError(f"{path}: no such file or folder")
+    if not files:
+        raise UserError("no .xlsx workbooks to grade in " + ", ".join(map(str, paths)))
+    return files
+
+
+def grade_file(path: Path) -> Grade:
+    grade = Grade(str(path), student=path.stem)
+    try:
+        _grade(path, grade)
+    except UserError as exc:
+        grade.problem = str(exc)
+    except Exception as exc:  # a damaged file must not stop the batch
+        grade.problem = f"{path}: could not be graded ({type(exc).__name__}: {exc})"
+    return grade
+
+
+def _grade(path: Path, grade: Grade) -> None:
+    wb = open_workbook(path)
+    spec = read_spec(wb, path)
+    grade.kind = spec.kind
+    grade.student = spec.student or path.stem
+    if spec.exercise is None:
+        raise UserError(f"{path} is an attnsheets workbook but not an exercise (an answer "
+                        f"key?)")
+    kind, params = spec_kind_params(spec)
+    saved = openpyxl.load_workbook(path, data_only=True)
+    engine: list[dict] = []
+
+    def evaluated() -> dict:
+        if not engine:
+            from workbook_builder.evaluate import evaluate_with_formulas
+
+            engine.append(evaluate_with_formulas(path))
+        return engine[0]
+
+    def value_of(sheet: str, row: int, col: int, formula: bool) -> Any:
+        value = saved[sheet].cell(row, col).value
+        if value is None and formula:  # saved without values (e.g. by openpyxl)
+            value = evaluated().get((sheet.upper(), row, col))
+        return value
+
+    inputs = read_inputs(wb, kind, params, path,
+                         lambda: _saved_or_evaluated(saved, evaluated))
+    expected = kind.reference(inputs, params)
+    tolerance = spec.exercise.tolerance
+    for step in spec.exercise.steps:
+        where = find_name(wb, step, path)
+        ws = wb[where.sheet]
+        in_array = _array_members(ws)
+        answer = np.asarray(expected[step], float)
+        correct = 0
+        for i in range(where.shape[0]):
+            for j in range(where.shape[1]):
+                row, col = where.top + i, where.left + j
+                raw = ws.cell(row, col).value
+                formula = isinstance(raw, ArrayFormula) or (row, col) in in_array or \
+                    (isinstance(raw, str) and raw.startswith("="))
+                got = value_of(where.sheet, row, col, formula) if formula else raw
+                correct += _is_correct(got, answer[i, j], tolerance)
+        grade.steps[step] = (correct, answer.size)
+
+
+def _saved_or_evaluated(saved, evaluated) -> dict:
+    """Values of formula cells in the inputs: as saved, else as the engine computes them."""
+    values = {}
+    for ws in saved.worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                if cell.value is not None:
+                    values[(ws.title.upper(), cell.row, cell.column)] = cell.value
+    return _Fallback(values, evaluated)
+
+
+class _Fallback(dict):
+    def __init__(self, values, evaluated):
+        super().__init__(values)
+        self._evaluated = evaluated
+
+    def get(self, key, default=None):
+        value = super().get(key)
+        return self._evaluated().get(key, default) if value is None else value
+
+
+def _array_members(ws) -> set[tuple[int, int]]:
+    cells = set()
+    for row in ws.iter_rows():
+        for cell in row:
+            if isinstance(cell.value, ArrayFormula):
+                top, left, bottom, right = parse_range(cell.value.ref)
+                cells |= {(r, c) for r in range(top, bottom + 1)
+                          for c in range(left, right + 1)}
+    return cells
+
+
+def _is_correct(got: Any, want: float, tolerance: float) -> bool:
+    if isinstance(got, bool) or not isinstance(got, int | float) or not math.isfinite(got):
+        return False  # blank, text, an error value ('#DIV/0!'), TRUE/FALSE
+    return abs(float(got) - want) <= tolerance
+
+
+def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
+    if out.suffix.lower() != ".csv":
+        raise UserError(f"{out}: the output name must end in .csv")
+    if not out.parent.exists():
+        raise UserError(f"{out.parent}: no such folder (create it first)")
+    if out.exists() and not force:
+        raise UserError(f"{out} already exists; pass --force to replace it")
+    steps: list[str] = []
+    for grade in grades:
+        steps += [s for s in grade.steps if s not in steps]
+    fd, tmp = tempfile.mkstemp(prefix=".grades-", suffix=".csv", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["student", "file", "kind", *steps, "correct", "total", "score",
+                             "problem"])
+            for g in grades:
+                cells = [f"{g.steps[s][0]}/{g.steps[s][1]}" if s in g.steps else ""
+                         for s in steps]
+                score = f"{100 * g.correct / g.total:.1f}" if g.total else ""
+                writer.writerow([g.student, g.file, g.kind, *cells,
+                                 g.correct if not g.problem else "",
+                                 g.total if not g.problem else "", score, g.problem])
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def run_grade(paths: list[Path], out: Path | None, force: bool) -> bool:
+    """Grade every file; True if every file could be graded."""
+    files = collect_files(paths)
+    if out is not None and out.exists() and not force:  # refuse before the work
+        raise UserError(f"{out} already exists; pass --force to replace it")
+    grades = [grade_file(path) for path in files]
+    width = max(len(g.student) for g in grades)
+    for g in grades:
+        if g.problem:
+            print(f"attnsheets: {g.problem}", file=sys.stderr)
+            print(f"{g.student:<{width}}  NOT GRADED ({g.problem})")
+        else:
+            steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
+            print(f"{g.student:<{width}}  {g.correct}/{g.total} "
+                  f"({100 * g.correct / g.total:.0f}%)  {steps}")
+    graded = [g for g in grades if not g.problem]
+    scores = [100 * g.correct / g.total for g in graded if g.total]
+    summary = f"graded {len(graded)} of {len(grades)} files"
+    if scores:
+        summary += (f"; mean score {np.mean(scores):.1f}%, full marks "
+                    f"{sum(g.correct == g.total for g in graded)}")
+    if out is not None:
+        write_grades(grades, out, force)
+        summary += f"; wrote {out}"
+    print(summary)
+    return len(graded) == len(grades)

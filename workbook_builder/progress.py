@@ -1,0 +1,34 @@
+"""A one-line status on the terminal for commands that take a while.
+
+Shown only when stderr is a terminal and the user did not pass --quiet; each message
+replaces the previous one and the line is cleared when the work is done, so output that is
+piped or captured stays exactly the report.
+"""
+
+import sys
+import time
+
+
+class Progress:
+    def __init__(self, quiet: bool = False, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = not quiet and self.stream.isatty()
+        self.started = time.perf_counter()
+        self._shown = False
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            elapsed = time.perf_counter() - self.started
+            self.stream.write(f"\r\033[K{message} ({elapsed:.0f} s)")
+            self.stream.flush()
+            self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._shown = False
+
+
+def silent(message: str) -> None:
+    """The progress callback of library calls nobody watches."""

@@ -1,0 +1,95 @@
+"""Command-line pieces of the teacher edition: --lang/--exercise flags, `class`, `grade`.
+
+Kept apart from cli.py so that file only wires them in."""
+
+import argparse
+from pathlib import Path
+
+from workbook_builder.errors import UserError
+from workbook_builder.i18n import LANGS
+from workbook_builder.layout import LAYOUTS
+
+
+def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool = False) -> None:
+    parser.add_argument("--lang", choices=LANGS, default="en",
+                        help="language of labels, step headers and explanations (default en)")
+    parser.add_argument("--exercise", metavar="STEP[,STEP…]", required=exercise_required,
+                        help="leave these step blocks (by name, e.g. WEIGHTS,OUTPUT) empty "
+                             "for the student, with live self-checks")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="a filled cell is correct within ± this (default 0.001)")
+    parser.add_argument("--no-self-check", dest="self_check", action="store_false",
+                        help="a bare exercise: no hidden answers, no ✓/✗, no CHECK_ names")
+
+
+def exercise_from_args(args):
+    """An ExerciseSpec, or None for a complete workbook (exercise options then refused)."""
+    from workbook_builder.exercise import make_spec
+
+    if args.exercise is None:
+        if args.tolerance is not None or not args.self_check:
+            raise UserError("--tolerance and --no-self-check need --exercise")
+        return None
+    return make_spec(args.exercise, args.tolerance, args.self_check)
+
+
+def add_commands(commands, add_param_flags) -> None:
+    from workbook_builder.kind import load_kinds
+
+    klass = commands.add_parser(
+        "class", help="one exercise workbook and one answer key per student of a roster")
+    kinds = klass.add_subparsers(dest="kind", required=True, metavar="KIND",
+                                 parser_class=type(klass))
+    for name, kind in sorted(load_kinds().items()):
+        sub = kinds.add_parser(name, help=kind.summary, description=kind.summary)
+        sub.add_argument("--roster", required=True, type=Path, metavar="ROSTER.csv",
+                         help="CSV with a header row and a student id column (id, "
+                              "student_id, student or 学号; a name/姓名 column is optional)")
+        sub.add_argument("--out", required=True, type=Path, metavar="DIR",
+                         help="folder for the workbooks and manifest.csv (created if needed)")
+        sub.add_argument("--id-column", metavar="COLUMN",
+                         help="the roster column holding the student id")
+        add_param_flags(sub, kind.Params)
+        sub.add_argument("--seed", type=int, default=0,
+                         help="class seed mixed into every student's seed (default 0); "
+                              "change it for a fresh set of inputs")
+        sub.add_argument("--tokens", help=kind.tokens_help)
+        sub.add_argument("--layout", choices=LAYOUTS, default="cells",
+                         help="cells (default) or blocks, as for build")
+        add_edition_flags(sub, exercise_required=True)
+        sub.add_argument("--force", action="store_true",
+                         help="replace the files of an earlier run in DIR")
+
+    grade = commands.add_parser("grade", help="score returned exercise workbooks")
+    grade.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR",
+                       help="workbooks, or folders of them (*_key.xlsx skipped)")
+    grade.add_argument("--out", type=Path, metavar="grades.csv",
+                       help="write one row per file to this CSV")
+    grade.add_argument("--force", action="store_true", help="replace an existing CSV")
+
+
+def cmd_class(args) -> bool:
+    import dataclasses
+
+    from workbook_builder.build import resolve_params
+    from workbook_builder.classroom import run_class
+    from workbook_builder.kind import get_kind
+
+    kind = get_kind(args.kind)
+    explicit = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind.Params)
+                if hasattr(args, f.name)}
+    tokens = None
+    if args.tokens is not None:
+        tokens = [t.strip() for t in args.tokens.split(",")]
+        if not all(tokens):
+            raise UserError("--tokens has an empty label")
+    params = resolve_params(kind, explicit, {}, tokens)
+    return run_class(kind, params, args.roster, args.out, exercise_from_args(args),
+                     layout=args.layout, lang=args.lang, tokens=tokens,
+                     class_seed=args.seed, force=args.force, id_column=args.id_column)
+
+
+def cmd_grade(args) -> bool:
+    from workbook_builder.grade import run_grade
+
+    return run_grade(args.paths, args.out, args.force)
