@@ -6,7 +6,8 @@ benchmarks/results.md.
 Each command runs as a user runs it (a new `attnsheets` process), so times include start-up.
 Columns: formula cells; build s; check s (the `formulas` engine); LibreOffice s (headless
 recalculation of the same file, `soffice --convert-to xlsx` with recalc-always); the ratio
-check / LibreOffice; peak memory of the check process. Times are medians of --repeat runs.
+check / LibreOffice; peak memory of the larger of the build and check processes. Times are
+medians of --repeat runs.
 """
 
 import argparse
@@ -90,9 +91,11 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
     builds, checks, peaks, lo = [], [], [], []
     cells = 0
     for _ in range(repeat):
-        seconds, _, out = run_measured([*tool, "build", case.kind, "-o", str(path), "--force",
-                                        "--layout", case.layout, *case.args], work)
+        seconds, peak, out = run_measured([*tool, "build", case.kind, "-o", str(path),
+                                           "--force", "--layout", case.layout, *case.args],
+                                          work)
         builds.append(seconds)
+        peaks.append(peak)
         cells = int(re.search(r"(\d+) formula cells", out).group(1))
         seconds, peak, out = run_measured([*tool, "check", str(path)], work)
         checks.append(seconds)
@@ -131,7 +134,7 @@ def table(rows: list[dict], repeat: int) -> str:
              f"{platform.python_version()}; medians of {repeat} run(s); "
              f"{time.strftime('%Y-%m-%d')}.", "",
              "| case | layout | formula cells | build s | check s | LibreOffice s | "
-             "check / LO | peak MB (check) | target |",
+             "check / LO | peak MB | target |",
              "|---|---|---|---|---|---|---|---|---|"]
 
     def num(x, fmt="{:.2f}"):
