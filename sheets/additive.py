@@ -55,21 +55,15 @@ class Additive(Kind):
             shapes.update(B_W=(1, p.d_att), B_U=(1, p.d_att), B_V=(1, 1))
         return shapes
 
+    input_dims = {"ENC_H": ("src_len", "d_enc"), "DEC_S": ("tgt_len", "d_dec"),
+                  "W_A": ("d_dec", "d_att"), "U_A": ("d_enc", "d_att"),
+                  "V_A": ("d_att", None)}
+
     @classmethod
     def infer_params(cls, given):
-        sizes = {}
-        if "ENC_H" in given:
-            sizes["src_len"], sizes["d_enc"] = given["ENC_H"].shape
-        if "DEC_S" in given:
-            sizes["tgt_len"], sizes["d_dec"] = given["DEC_S"].shape
-        if "W_A" in given:
-            sizes["d_dec"], sizes["d_att"] = given["W_A"].shape
-        if "U_A" in given:
-            sizes["d_enc"], sizes["d_att"] = given["U_A"].shape
-        if "V_A" in given:
-            sizes["d_att"] = given["V_A"].shape[0]
+        sizes = super().infer_params(given)
         if any(name in given for name in ("B_W", "B_U", "B_V")):
-            sizes["bias"] = True
+            sizes["bias"] = True  # a bias given by hand switches the biases on
         return sizes
 
     tokens_help = TWO_SEQUENCE_TOKENS_HELP

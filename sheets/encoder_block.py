@@ -81,14 +81,8 @@ class EncoderBlock(Kind):
                        "LN2_GAMMA": (1, d), "LN2_BETA": (1, d)})
         return shapes
 
-    @classmethod
-    def infer_params(cls, given):
-        sizes = {}
-        if "X" in given:
-            sizes["seq_len"], sizes["d_model"] = given["X"].shape
-        if "W_1" in given:
-            sizes["d_model"], sizes["d_ff"] = given["W_1"].shape
-        return sizes
+    input_dims = {"X": ("seq_len", "d_model"), "W_1": ("d_model", "d_ff"),
+                  "W_2": ("d_ff", "d_model")}
 
     @classmethod
     def random_input(cls, name, shape, params, rng):

@@ -52,17 +52,8 @@ class Linear(Kind):
         return {"X": (p.seq_len, p.d_model), "W_Q": (p.d_model, p.d_k),
                 "W_K": (p.d_model, p.d_k), "W_V": (p.d_model, p.value_width)}
 
-    @classmethod
-    def infer_params(cls, given):
-        sizes = {}
-        if "X" in given:
-            sizes["seq_len"], sizes["d_model"] = given["X"].shape
-        for name in ("W_Q", "W_K"):
-            if name in given:
-                sizes["d_model"], sizes["d_k"] = given[name].shape
-        if "W_V" in given:
-            sizes["d_v"] = given["W_V"].shape[1]
-        return sizes
+    input_dims = {"X": ("seq_len", "d_model"), "W_Q": ("d_model", "d_k"),
+                  "W_K": ("d_model", "d_k"), "W_V": ("d_model", "d_v")}
 
     @classmethod
     def lay_out(cls, sheet, p, inputs, tokens):

@@ -1,5 +1,6 @@
 """From parameters and inputs to a saved workbook."""
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -7,8 +8,25 @@ import numpy as np
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book import build_workbook, check_writable, save_atomic
+from workbook_builder.errors import UserError
 from workbook_builder.kind import Kind, complete_inputs, make_params
 from workbook_builder.refs import parse_range
+
+
+def parse_tokens(text: str | None) -> list[str] | None:
+    """--tokens "我,爱,AI" -> labels (None when not given)."""
+    if text is None:
+        return None
+    tokens = [t.strip() for t in text.split(",")]
+    if not all(tokens):
+        raise UserError("--tokens has an empty label")
+    return tokens
+
+
+def explicit_params(kind: type[Kind], namespace) -> dict[str, Any]:
+    """The kind's parameters a user set by flag (unset flags are absent from the namespace)."""
+    return {f.name: getattr(namespace, f.name) for f in dataclasses.fields(kind.Params)
+            if hasattr(namespace, f.name)}
 
 
 def resolve_params(kind: type[Kind], explicit: dict[str, Any],

@@ -123,21 +123,15 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_build(args) -> int:
-    from workbook_builder.build import resolve_params, write_workbook
+    from workbook_builder.build import explicit_params, parse_tokens, resolve_params, write_workbook
     from workbook_builder.inputs import load_inputs
     from workbook_builder.kind import get_kind
     from workbook_builder.teaching_cli import exercise_from_args
 
     kind = get_kind(args.kind)
-    explicit = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind.Params)
-                if hasattr(args, f.name)}
-    tokens = None
-    if args.tokens is not None:
-        tokens = [t.strip() for t in args.tokens.split(",")]
-        if not all(tokens):
-            raise UserError("--tokens has an empty label")
+    tokens = parse_tokens(args.tokens)
     given = load_inputs(args.inputs)
-    params = resolve_params(kind, explicit, given, tokens)
+    params = resolve_params(kind, explicit_params(kind, args), given, tokens)
     cells = write_workbook(kind, params, args.output, seed=args.seed, given=given,
                            tokens=tokens, layout=args.layout, force=args.force,
                            lang=args.lang, exercise=exercise_from_args(args))

@@ -69,21 +69,13 @@ def add_commands(commands, add_param_flags) -> None:
 
 
 def cmd_class(args) -> bool:
-    import dataclasses
-
-    from workbook_builder.build import resolve_params
+    from workbook_builder.build import explicit_params, parse_tokens, resolve_params
     from workbook_builder.classroom import run_class
     from workbook_builder.kind import get_kind
 
     kind = get_kind(args.kind)
-    explicit = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind.Params)
-                if hasattr(args, f.name)}
-    tokens = None
-    if args.tokens is not None:
-        tokens = [t.strip() for t in args.tokens.split(",")]
-        if not all(tokens):
-            raise UserError("--tokens has an empty label")
-    params = resolve_params(kind, explicit, {}, tokens)
+    tokens = parse_tokens(args.tokens)
+    params = resolve_params(kind, explicit_params(kind, args), {}, tokens)
     return run_class(kind, params, args.roster, args.out, exercise_from_args(args),
                      layout=args.layout, lang=args.lang, tokens=tokens,
                      class_seed=args.seed, force=args.force, id_column=args.id_column)
