@@ -6,6 +6,14 @@ from collections.abc import Sequence
 from workbook_builder.layout import Block, SheetWriter
 
 
+class ValueWidth:
+    """Mixed into Params that have d_k and an optional d_v: W_V's width defaults to d_k."""
+
+    @property
+    def value_width(self) -> int:
+        return self.d_k if self.d_v is None else self.d_v
+
+
 def dims(prefix: str, count: int, first: int = 1) -> list[str]:
     return [f"{prefix}{first + j}" for j in range(count)]
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from reference.additive import additive_ref
 from sheets._steps import dims, matmul, softmax_steps
-from sheets.cross_attention import TWO_SEQUENCE_TOKENS_HELP, two_sequence_labels, two_sequence_sizes
-from workbook_builder.kind import Kind
+from sheets.cross_attention import TwoSequenceKind
 from workbook_builder.refs import range_ref
 
 
@@ -30,7 +29,7 @@ class AdditiveParams:
         "help": "add biases B_W, B_U, B_V as the PyTorch tutorial's nn.Linear layers"})
 
 
-class Additive(Kind):
+class Additive(TwoSequenceKind):
     name = "additive"
     summary = "Bahdanau additive attention: score vᵀ·tanh(W·s + U·h_j), softmax, context"
     sheet_title = "Additive"
@@ -65,16 +64,6 @@ class Additive(Kind):
         if any(name in given for name in ("B_W", "B_U", "B_V")):
             sizes["bias"] = True  # a bias given by hand switches the biases on
         return sizes
-
-    tokens_help = TWO_SEQUENCE_TOKENS_HELP
-
-    @classmethod
-    def params_from_tokens(cls, tokens):
-        return two_sequence_sizes(tokens)
-
-    @classmethod
-    def labels(cls, p, tokens):
-        return two_sequence_labels(tokens, p.src_len, p.tgt_len, cls.name)
 
     @classmethod
     def lay_out(cls, sheet, p, inputs, tokens):

@@ -9,12 +9,20 @@
 from dataclasses import dataclass, field
 
 from reference.attention import attention_ref
-from sheets._steps import causal_mask, dims, matmul, matmul_transposed, scale, softmax_steps
+from sheets._steps import (
+    ValueWidth,
+    causal_mask,
+    dims,
+    matmul,
+    matmul_transposed,
+    scale,
+    softmax_steps,
+)
 from workbook_builder.kind import Kind
 
 
 @dataclass(frozen=True)
-class AttentionParams:
+class AttentionParams(ValueWidth):
     seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
     d_model: int = field(default=4, metadata={"help": "embedding width (columns of X)"})
     d_k: int = field(default=4, metadata={"help": "query/key width (columns of W_Q, W_K)"})
@@ -22,10 +30,6 @@ class AttentionParams:
         "help": "value width (columns of W_V); default d_k"})
     causal: bool = field(default=False, metadata={
         "help": "mask future tokens (query i sees keys j ≤ i)"})
-
-    @property
-    def value_width(self) -> int:
-        return self.d_k if self.d_v is None else self.d_v
 
 
 class Attention(Kind):

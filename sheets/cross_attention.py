@@ -11,7 +11,7 @@ Tokens: `--tokens "SOURCE|TARGET"`, each side comma-separated, e.g. "我,爱,AI|
 from dataclasses import dataclass, field
 
 from reference.cross_attention import cross_attention_ref
-from sheets._steps import dims, matmul, matmul_transposed, scale, softmax_steps
+from sheets._steps import ValueWidth, dims, matmul, matmul_transposed, scale, softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.kind import Kind
 
@@ -48,8 +48,23 @@ def two_sequence_sizes(tokens: list[str]) -> dict[str, int]:
     return {"src_len": len(sides[0].split(",")), "tgt_len": len(sides[1].split(","))}
 
 
+class TwoSequenceKind(Kind):
+    """A kind over a source (src_len) and a target (tgt_len) sequence, labelled by
+    --tokens "SOURCE|TARGET". Not registered itself: it has no name."""
+
+    tokens_help = TWO_SEQUENCE_TOKENS_HELP
+
+    @classmethod
+    def params_from_tokens(cls, tokens):
+        return two_sequence_sizes(tokens)
+
+    @classmethod
+    def labels(cls, p, tokens):
+        return two_sequence_labels(tokens, p.src_len, p.tgt_len, cls.name)
+
+
 @dataclass(frozen=True)
-class CrossAttentionParams:
+class CrossAttentionParams(ValueWidth):
     src_len: int = field(default=4, metadata={"help": "source tokens n (rows of X, the keys)"})
     tgt_len: int = field(default=3, metadata={
         "help": "target tokens m (rows of Y, the queries)"})
@@ -58,12 +73,8 @@ class CrossAttentionParams:
     d_v: int | None = field(default=None, metadata={
         "help": "value width (columns of W_V); default d_k"})
 
-    @property
-    def value_width(self) -> int:
-        return self.d_k if self.d_v is None else self.d_v
 
-
-class CrossAttention(Kind):
+class CrossAttention(TwoSequenceKind):
     name = "cross-attention"
     summary = "cross-attention: target queries Y·W_Q over source keys/values X (m ≠ n)"
     sheet_title = "Cross-attention"
@@ -85,16 +96,6 @@ class CrossAttention(Kind):
     input_dims = {"X": ("src_len", "d_model"), "Y": ("tgt_len", "d_model"),
                   "W_Q": ("d_model", "d_k"), "W_K": ("d_model", "d_k"),
                   "W_V": ("d_model", "d_v")}
-
-    tokens_help = TWO_SEQUENCE_TOKENS_HELP
-
-    @classmethod
-    def params_from_tokens(cls, tokens):
-        return two_sequence_sizes(tokens)
-
-    @classmethod
-    def labels(cls, p, tokens):
-        return two_sequence_labels(tokens, p.src_len, p.tgt_len, cls.name)
 
     @classmethod
     def lay_out(cls, sheet, p, inputs, tokens):

@@ -9,7 +9,7 @@
 from dataclasses import dataclass, field
 
 from reference.linear import linear_ref
-from sheets._steps import dims, matmul
+from sheets._steps import ValueWidth, dims, matmul
 from workbook_builder.kind import Kind
 from workbook_builder.refs import range_ref
 
@@ -17,7 +17,7 @@ EPS = "1E-06"  # fast-transformers' default, written with a signed exponent
 
 
 @dataclass(frozen=True)
-class LinearParams:
+class LinearParams(ValueWidth):
     seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
     d_model: int = field(default=4, metadata={"help": "embedding width (columns of X)"})
     d_k: int = field(default=3, metadata={"help": "feature width (columns of W_Q, W_K)"})
@@ -25,10 +25,6 @@ class LinearParams:
         "help": "value width (columns of W_V); default d_k"})
     causal: bool = field(default=False, metadata={
         "help": "running state S_i, z_i down the rows (query i sees keys j ≤ i)"})
-
-    @property
-    def value_width(self) -> int:
-        return self.d_k if self.d_v is None else self.d_v
 
 
 class Linear(Kind):

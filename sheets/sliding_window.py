@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from openpyxl.worksheet.formula import ArrayFormula
 
 from reference.sliding_window import parse_global, sliding_window_ref
-from sheets._steps import dims, matmul, matmul_transposed, scale
+from sheets._steps import ValueWidth, dims, matmul, matmul_transposed, scale
 from workbook_builder.errors import UserError
 from workbook_builder.kind import Kind
 
 
 @dataclass(frozen=True)
-class SlidingWindowParams:
+class SlidingWindowParams(ValueWidth):
     seq_len: int = field(default=6, metadata={"help": "tokens n (rows of X)"})
     d_model: int = field(default=4, metadata={"help": "embedding width (columns of X)"})
     d_k: int = field(default=4, metadata={"help": "query/key width (columns of W_Q, W_K)"})
@@ -29,10 +29,6 @@ class SlidingWindowParams:
         "metavar": "I,J,…", "flag": "--global",  # `global` is a Python keyword
         "help": "0-based positions of global tokens, e.g. 0,5 (they see and are seen by "
                 "every token)"})
-
-    @property
-    def value_width(self) -> int:
-        return self.d_k if self.d_v is None else self.d_v
 
 
 class SlidingWindow(Kind):

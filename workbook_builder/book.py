@@ -16,6 +16,7 @@ from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder import __version__
 from workbook_builder.errors import UserError
+from workbook_builder.evaluate import CellValues
 from workbook_builder.kind import Kind, get_kind, make_params
 from workbook_builder.layout import SheetWriter
 
@@ -148,10 +149,11 @@ def check_writable(path: Path, force: bool) -> None:
         raise UserError(f"{path} already exists; pass --force to replace it")
 
 
-def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> None:
+def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> CellValues | None:
     """Write beside the target and rename, so a failure never leaves a partial file.
     With `with_values`, every formula cell also carries the value the `formulas` engine
-    computes from the workbook's own formulas, for previews and `data_only` readers."""
+    computes from the workbook's own formulas, for previews and `data_only` readers; those
+    values are returned."""
     from workbook_builder.cached_values import store_values
     from workbook_builder.evaluate import FormulasModel
 
@@ -165,10 +167,12 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> None:
         wb.save(temps[0])
         if with_values:
             # the workbook in memory is what was just saved: no need to read it back
-            store_values(temps[0], temps[1], FormulasModel(wb, path.name).evaluate())
+            values = FormulasModel(wb, path.name).evaluate()
+            store_values(temps[0], temps[1], values)
             os.replace(temps[1], path)
-        else:
-            os.replace(temps[0], path)
+            return values
+        os.replace(temps[0], path)
+        return None
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)

@@ -13,7 +13,6 @@ from openpyxl.styles import Font
 from workbook_builder.book import build_workbook, check_writable, save_atomic
 from workbook_builder.check import check_workbook, find_name
 from workbook_builder.errors import UserError
-from workbook_builder.evaluate import evaluate_with_formulas
 from workbook_builder.kind import get_kind, make_params
 from workbook_builder.refs import cell_ref, quote_sheet
 
@@ -150,8 +149,7 @@ def _write_example(tutorial: Tutorial, example: Example, path: Path) -> list[Row
         ws.cell(r, 6, f'=IF(ABS(E{r}-D{r})<={AGREE_WITHIN},"agree","DIFFERS")')
         cells.append((r, step, i, j, printed))
     ws.column_dimensions["A"].width = 12
-    save_atomic(wb, path)
-    values = evaluate_with_formulas(path)
+    values = save_atomic(wb, path)  # the live cells' values, as stored beside them
     rows = []
     for r, step, i, j, printed in cells:
         live = values.get(("TUTORIAL", r, 5))
