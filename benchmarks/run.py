@@ -83,7 +83,7 @@ def libreoffice_seconds(path: Path, work: Path) -> float | None:
 
 
 def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
-    from workbook_builder.kind import load_kinds
+    from workbook_builder.sheet.registry import load_kinds
 
     if case.kind not in load_kinds():
         return {"case": case, "skipped": f"kind {case.kind} not built yet"}

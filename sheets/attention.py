@@ -9,16 +9,15 @@
 from dataclasses import dataclass, field
 
 from reference.attention import attention_ref
-from sheets._steps import (
+from sheets._bands import (
+    CAUSAL_MASK,
+    QKV_INPUTS,
     ValueWidth,
-    causal_mask,
-    dims,
-    matmul,
-    matmul_transposed,
-    scale,
+    projections,
+    scaled_scores,
     softmax_steps,
 )
-from workbook_builder.kind import Kind
+from workbook_builder.sheet import Kind, MatMul, Step, section
 
 
 @dataclass(frozen=True)
@@ -38,58 +37,31 @@ class Attention(Kind):
     sheet_title = "Attention"
     Params = AttentionParams
     reference = staticmethod(attention_ref)
+    inputs = QKV_INPUTS
     test_cases = [
         {"seq_len": 3, "d_model": 2, "d_k": 2},
         {"seq_len": 5, "d_model": 4, "d_k": 3, "d_v": 2, "causal": True},
         {"seq_len": 1, "d_model": 2, "d_k": 1, "causal": True},
     ]
-    input_dims = {"X": ("seq_len", "d_model"), "W_Q": ("d_model", "d_k"),
-                  "W_K": ("d_model", "d_k"), "W_V": ("d_model", "d_v")}
     demo_cases = [
         ("attention", {"seq_len": 4, "d_model": 4, "d_k": 4}),
         ("attention_causal", {"seq_len": 5, "d_model": 4, "d_k": 3, "causal": True}),
     ]
 
     @classmethod
-    def input_shapes(cls, p):
-        return {"X": (p.seq_len, p.d_model), "W_Q": (p.d_model, p.d_k),
-                "W_K": (p.d_model, p.d_k), "W_V": (p.d_model, p.value_width)}
-
-    @classmethod
-    def lay_out(cls, sheet, p, inputs, tokens):
-        model_dims, key_dims = dims("d", p.d_model), dims("k", p.d_k)
-        value_dims = dims("v", p.value_width)
-        sheet.text("Step 1 — inputs: token rows X and the projection weights", bold=True)
-        with sheet.band():
-            x = sheet.input_block("X", inputs["X"], "token embeddings", tokens, model_dims,
-                                  "One row per token.")
-            wq = sheet.input_block("W_Q", inputs["W_Q"], "query weights", model_dims,
-                                   key_dims)
-            wk = sheet.input_block("W_K", inputs["W_K"], "key weights", model_dims, key_dims)
-            wv = sheet.input_block("W_V", inputs["W_V"], "value weights", model_dims,
-                                   value_dims)
-        sheet.text("Step 2a — project every token to a query, a key and a value", bold=True)
-        with sheet.band():
-            matmul(sheet, "Q", "Q = X·W_Q", x, wq, tokens, key_dims,
-                   "Queries: what each token is looking for.")
-            k = matmul(sheet, "K", "K = X·W_K", x, wk, tokens, key_dims,
-                       "Keys: what each token offers to be found by.")
-            v = matmul(sheet, "V", "V = X·W_V", x, wv, tokens, value_dims,
-                       "Values: the content each token passes on.")
-        q = sheet.blocks["Q"]
-        sheet.text("Step 2b/2c — scores Q·Kᵀ, scaled by 1/√d_k", bold=True)
-        with sheet.band():
-            scores = matmul_transposed(sheet, "SCORES", "S = Q·Kᵀ", q, k, tokens, tokens,
-                                       "Dot product of query i with key j.")
-            scaled = scale(sheet, "SCALED", scores, p.d_k, tokens,
-                           "Dividing by √d_k keeps the scores from growing with the width.")
-            mask = causal_mask(sheet, p.seq_len) if p.causal else None
-        sheet.text("Step 2d — row softmax: max, exp, sum, divide", bold=True)
-        with sheet.band():
-            weights = softmax_steps(sheet, scaled, mask, tokens)
-        sheet.text("Step 2e — weighted sum of the values", bold=True)
-        matmul(sheet, "OUTPUT", "O = A·V", weights, v, tokens, value_dims,
-               "Each output row mixes the value rows by that row's weights.")
+    def sections(cls, p):
+        mask = "MASK" if p.causal else None
+        return [
+            section("Step 1 — inputs: token rows X and the projection weights", QKV_INPUTS),
+            section("Step 2a — project every token to a query, a key and a value",
+                    projections()),
+            section("Step 2b/2c — scores Q·Kᵀ, scaled by 1/√d_k",
+                    scaled_scores() + ([CAUSAL_MASK] if mask else [])),
+            section("Step 2d — row softmax: max, exp, sum, divide", softmax_steps(mask=mask)),
+            section("Step 2e — weighted sum of the values", Step(
+                "OUTPUT", "O = A·V", MatMul("WEIGHTS", "V"),
+                "Each output row mixes the value rows by that row's weights.")),
+        ]
 
 
 # sheet text in Chinese (workbook_builder/i18n.py); the tutorial's own step names

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from workbook_builder.build import write_workbook
-from workbook_builder.kind import load_kinds, make_params
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import load_kinds
 
 KINDS = load_kinds()
 ALL_CASES = [(name, i, case) for name, kind in sorted(KINDS.items())

@@ -9,7 +9,8 @@ from test_positional import assert_steps_are_formulas
 
 from reference.additive import additive_ref
 from workbook_builder.check import check_workbook, format_report
-from workbook_builder.kind import load_kinds, make_params
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import load_kinds
 
 KIND = load_kinds()["additive"]
 

@@ -8,7 +8,8 @@ from conftest import build
 
 from workbook_builder.check import check_workbook, find_name
 from workbook_builder.errors import UserError
-from workbook_builder.kind import load_kinds, make_params
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import load_kinds
 
 
 def _cell(wb, name, i, j):

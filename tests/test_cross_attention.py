@@ -12,7 +12,8 @@ from test_positional import assert_steps_are_formulas
 from reference.attention import attention_ref
 from reference.cross_attention import cross_attention_ref
 from workbook_builder.check import check_workbook, find_name, format_report
-from workbook_builder.kind import load_kinds, make_params
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import load_kinds
 
 KIND = load_kinds()["cross-attention"]
 

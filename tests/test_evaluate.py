@@ -9,7 +9,7 @@ from conftest import KINDS, build
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.evaluate import FormulasModel, _quiet_engine, _solution_values
-from workbook_builder.refs import parse_range
+from workbook_builder.sheet.refs import parse_range
 
 CASES = [(name, "cells") for name in sorted(KINDS)] + [("multihead", "blocks"),
                                                        ("ssm", "blocks"), ("flash", "blocks")]

@@ -6,7 +6,7 @@ import pytest
 from conftest import ALL_CASES, KINDS, build
 
 from workbook_builder.check import check_workbook, format_report
-from workbook_builder.layout import LAYOUTS
+from workbook_builder.sheet.layout import LAYOUTS
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -27,7 +27,7 @@ def test_every_named_block_is_an_input_or_a_checked_step(tmp_path, kind_name):
     path = build(tmp_path, kind_name, case)
     wb = openpyxl.load_workbook(path)
     report = check_workbook(path)
-    from workbook_builder.kind import make_params
+    from workbook_builder.sheet.kind import make_params
 
     inputs = set(kind.input_shapes(make_params(kind, case)))
     steps = {step.name for step in report.steps}

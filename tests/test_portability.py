@@ -13,7 +13,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.build import write_workbook
 from workbook_builder.check import check_workbook, find_name
 from workbook_builder.demo import demo_plan
-from workbook_builder.kind import make_params
+from workbook_builder.sheet.kind import make_params
 
 # ../shared/DESIGN.md, "Formula style": the portable set
 ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN", "SUM", "IF",

@@ -9,8 +9,9 @@ from conftest import build, requires_torch, run_cli
 
 from reference.positional import positional_ref, rope, rope_angles
 from workbook_builder.check import check_workbook, find_name, format_report
-from workbook_builder.kind import load_kinds, make_params
-from workbook_builder.refs import parse_range
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.refs import parse_range
 
 KIND = load_kinds()["positional"]
 

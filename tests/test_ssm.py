@@ -14,7 +14,7 @@ from sheets.ssm import formula_cell_growth
 from workbook_builder.build import resolve_params
 from workbook_builder.check import check_workbook, format_report
 from workbook_builder.errors import UserError
-from workbook_builder.kind import make_params
+from workbook_builder.sheet.kind import make_params
 
 SSM = KINDS["ssm"]
 SHAPES = [(1, 1, 1), (2, 1, 3), (3, 2, 2), (5, 3, 4), (8, 1, 16), (12, 4, 3), (40, 2, 2),

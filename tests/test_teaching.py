@@ -18,7 +18,7 @@ from workbook_builder.check import check_workbook, find_name, format_report
 from workbook_builder.evaluate import evaluate_with_formulas
 from workbook_builder.exercise import ExerciseSpec
 from workbook_builder.i18n import Catalog
-from workbook_builder.kind import complete_inputs, make_params
+from workbook_builder.sheet.kind import complete_inputs, make_params
 
 # -- Chinese sheets --------------------------------------------------------------------------
 

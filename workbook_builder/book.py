@@ -17,8 +17,9 @@ from openpyxl.workbook.workbook import Workbook
 from workbook_builder import __version__
 from workbook_builder.errors import UserError
 from workbook_builder.evaluate import CellValues
-from workbook_builder.kind import Kind, get_kind, make_params
-from workbook_builder.layout import SheetWriter
+from workbook_builder.sheet.kind import Kind, make_params
+from workbook_builder.sheet.registry import get_kind
+from workbook_builder.sheet.layout import SheetWriter
 
 ABOUT = "About"
 

@@ -9,8 +9,8 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book import build_workbook, check_writable, save_atomic
 from workbook_builder.errors import UserError
-from workbook_builder.kind import Kind, complete_inputs, make_params
-from workbook_builder.refs import parse_range
+from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
+from workbook_builder.sheet.refs import parse_range
 
 
 def parse_tokens(text: str | None) -> list[str] | None:

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from xml.sax.saxutils import escape
 
 from workbook_builder.evaluate import CellValues
-from workbook_builder.refs import cell_ref, parse_cell, parse_range
+from workbook_builder.sheet.refs import cell_ref, parse_cell, parse_range
 
 _CELL = re.compile(r'<c r="([A-Z]+\d+)"([^>]*?)(?:/>|>(.*?)</c>)', re.S)
 _ARRAY_REF = re.compile(r'<f t="array" ref="([A-Z]+\d+(?::[A-Z]+\d+)?)"')

@@ -20,7 +20,7 @@ from workbook_builder.errors import UserError
 from workbook_builder.evaluate import CellValues, evaluate_with_formulas
 from workbook_builder.libreoffice import evaluate_with_libreoffice
 from workbook_builder.progress import silent
-from workbook_builder.refs import cell_ref, parse_range
+from workbook_builder.sheet.refs import cell_ref, parse_range
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
 # wrong formula is off by far more than this bound.

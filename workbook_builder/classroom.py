@@ -24,8 +24,8 @@ from workbook_builder.check import NamedRange, compare_block
 from workbook_builder.errors import UserError
 from workbook_builder.evaluate import FormulasModel
 from workbook_builder.exercise import KEY_SHEET, ExerciseSpec, validate_steps
-from workbook_builder.kind import Kind, complete_inputs
-from workbook_builder.refs import parse_cell, parse_range
+from workbook_builder.sheet.kind import Kind, complete_inputs
+from workbook_builder.sheet.refs import parse_cell, parse_range
 
 ID_COLUMNS = ("id", "student_id", "student id", "student", "学号")
 NAME_COLUMNS = ("name", "姓名")

@@ -8,7 +8,7 @@ import types
 from pathlib import Path
 
 from workbook_builder.errors import UserError
-from workbook_builder.layout import LAYOUTS
+from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.progress import Progress
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
@@ -42,7 +42,7 @@ def _add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
 
 def _parser() -> Parser:
     from workbook_builder import __version__
-    from workbook_builder.kind import load_kinds
+    from workbook_builder.sheet.registry import load_kinds
     from workbook_builder.teaching_cli import add_commands as add_teaching_commands
     from workbook_builder.teaching_cli import add_edition_flags
 
@@ -113,7 +113,7 @@ def _parser() -> Parser:
 
 
 def _cmd_list(args) -> int:
-    from workbook_builder.kind import load_kinds
+    from workbook_builder.sheet.registry import load_kinds
 
     kinds = load_kinds()
     width = max(map(len, kinds))
@@ -125,7 +125,7 @@ def _cmd_list(args) -> int:
 def _cmd_build(args) -> int:
     from workbook_builder.build import explicit_params, parse_tokens, resolve_params, write_workbook
     from workbook_builder.inputs import load_inputs
-    from workbook_builder.kind import get_kind
+    from workbook_builder.sheet.registry import get_kind
     from workbook_builder.teaching_cli import exercise_from_args
 
     kind = get_kind(args.kind)

@@ -15,8 +15,9 @@ from pathlib import Path
 from workbook_builder.build import write_workbook
 from workbook_builder.check import check_workbook
 from workbook_builder.errors import UserError
-from workbook_builder.kind import load_kinds, make_params
-from workbook_builder.layout import LAYOUTS
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.progress import Progress
 
 MANIFEST = ".attnsheets-demo.json"

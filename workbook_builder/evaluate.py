@@ -11,7 +11,6 @@ both loaders give identical values.
 """
 
 import contextlib
-import functools
 import re
 import warnings
 from collections.abc import Iterator
@@ -23,7 +22,8 @@ import openpyxl
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.refs import cell_ref, parse_range, range_ref
+from workbook_builder.engines.thirdparty import formulas_engine, stored_cells
+from workbook_builder.sheet.refs import cell_ref, parse_range, range_ref
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
 # (defined names appear as "'[book.xlsx]'!NAME": no sheet, and skipped)
@@ -34,49 +34,11 @@ CellValues = dict[tuple[str, int, int], Any]  # (SHEET upper-cased, row, col) ->
 
 
 @contextlib.contextmanager
-def _quiet_engine() -> Iterator[None]:
-    """The engine draws a tqdm progress bar and NumPy warns on EXP overflow; the CLI decides
-    what the user sees, so both are silenced here."""
-    import tqdm
-
-    original = tqdm.tqdm
-    tqdm.tqdm = functools.partial(original, disable=True)
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        tqdm.tqdm = original
-
-
-def _push_smaller_side(self, indices, output=None):
-    """formulas' RangesAssembler.push, with the intersection taken by iterating the smaller
-    side: the original copies `indices` (a whole range's index set) on every call. Same
-    result, same bookkeeping."""
-    missing = self.missing
-    if len(missing) < len(indices):
-        found = {i for i in missing if i in indices}
-    else:
-        found = set(indices) & missing
-    if found:
-        missing.difference_update(found)
-        found = {indices[i]: i for i in found} if output is None else {output: indices}
-        self.inputs.update(dict.fromkeys(found, None))
-        if output is None or indices.issubset(self.indices):
-            self.outputs.update(found)
-    return missing
-
-
-@contextlib.contextmanager
-def _fast_range_assembly() -> Iterator[None]:
-    from formulas.cell import RangesAssembler
-
-    original = RangesAssembler.push
-    RangesAssembler.push = _push_smaller_side
-    try:
+def _quiet_numpy() -> Iterator[None]:
+    """NumPy warns on EXP overflow inside the engine; the CLI decides what the user sees."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
         yield
-    finally:
-        RangesAssembler.push = original
 
 
 def _is_formula(value: Any) -> bool:
@@ -95,7 +57,8 @@ def model_dict(wb: Workbook, book: str) -> dict[str, Any]:
 
     # openpyxl keeps only the cells a file holds in `_cells`; iter_rows would create every
     # empty cell of the used rectangle (a million of them beside a 512×512 matrix)
-    sheets = {ws.title: ws._cells for ws in wb.worksheets}
+    sheets = {ws.title: {(c.row, c.column): c for c in stored_cells(ws)}
+              for ws in wb.worksheets}
     entries: dict[str, Any] = {}
     array_members: set[tuple[str, int, int]] = set()  # filled by an array formula
     formula_cells: set[tuple[str, int, int]] = set()
@@ -150,8 +113,6 @@ class FormulasModel:
     inputs) are parsed once."""
 
     def __init__(self, source: Path | Workbook, book: str | None = None):
-        import formulas
-
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
         else:
@@ -159,8 +120,8 @@ class FormulasModel:
         entries = model_dict(wb, self._book)
         # input blocks: one range node each; read back from the file, not from the engine
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
-        with _quiet_engine(), _fast_range_assembly():
-            self._model = formulas.ExcelModel().from_dict(entries)
+        with _quiet_numpy():
+            self._model = formulas_engine().ExcelModel().from_dict(entries)
 
     def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
         """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""
@@ -177,7 +138,7 @@ class FormulasModel:
                 blocks[name] = [list(r) for r in self._blocks[name]]
             blocks[name][row - top][col - left] = value
         overrides.update(blocks)
-        with _quiet_engine():
+        with _quiet_numpy():
             solution = self._model.calculate(inputs=overrides) if overrides else \
                 self._model.calculate()
         values = _solution_values(solution, set(self._blocks))

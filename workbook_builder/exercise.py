@@ -21,8 +21,9 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.errors import UserError
-from workbook_builder.layout import LABEL_FONT, NAME_FONT, Block, SheetWriter
-from workbook_builder.refs import cell_ref, quote_sheet
+from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.layout import LABEL_FONT, NAME_FONT, SheetWriter
+from workbook_builder.sheet.refs import cell_ref, quote_sheet
 
 KEY_SHEET = "Key"
 DEFAULT_TOLERANCE = 0.001
@@ -64,16 +65,8 @@ def make_spec(steps_text: str, tolerance: float | None, self_check: bool) -> Exe
     return ExerciseSpec(parse_steps(steps_text), tolerance, self_check)
 
 
-def step_names(kind, params) -> list[str]:
-    """The blocks a student may be asked for: every step, in sheet order, no inputs."""
-    import numpy as np
-
-    inputs = {name: np.zeros(shape) for name, shape in kind.input_shapes(params).items()}
-    return list(kind.reference(inputs, params))
-
-
 def validate_steps(kind, params, spec: ExerciseSpec) -> None:
-    known = step_names(kind, params)
+    known = kind.step_names(params)
     for step in spec.steps:
         if step not in known:
             raise UserError(f"kind {kind.name} has no step {step!r} with these parameters; "

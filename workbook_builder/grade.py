@@ -25,7 +25,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.book import open_workbook, read_spec, spec_kind_params
 from workbook_builder.check import find_name, read_inputs
 from workbook_builder.errors import UserError
-from workbook_builder.refs import parse_range
+from workbook_builder.sheet.refs import parse_range
 
 
 @dataclass

@@ -13,8 +13,9 @@ from openpyxl.styles import Font
 from workbook_builder.book import build_workbook, check_writable, save_atomic
 from workbook_builder.check import check_workbook, find_name
 from workbook_builder.errors import UserError
-from workbook_builder.kind import get_kind, make_params
-from workbook_builder.refs import cell_ref, quote_sheet
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import get_kind
+from workbook_builder.sheet.refs import cell_ref, quote_sheet
 
 AGREE_WITHIN = 0.0005  # printed to 3 decimals
 

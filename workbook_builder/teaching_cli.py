@@ -7,7 +7,7 @@ from pathlib import Path
 
 from workbook_builder.errors import UserError
 from workbook_builder.i18n import LANGS
-from workbook_builder.layout import LAYOUTS
+from workbook_builder.sheet.layout import LAYOUTS
 
 
 def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool = False) -> None:
@@ -34,7 +34,7 @@ def exercise_from_args(args):
 
 
 def add_commands(commands, add_param_flags) -> None:
-    from workbook_builder.kind import load_kinds
+    from workbook_builder.sheet.registry import load_kinds
 
     klass = commands.add_parser(
         "class", help="one exercise workbook and one answer key per student of a roster")
@@ -71,7 +71,7 @@ def add_commands(commands, add_param_flags) -> None:
 def cmd_class(args) -> bool:
     from workbook_builder.build import explicit_params, parse_tokens, resolve_params
     from workbook_builder.classroom import run_class
-    from workbook_builder.kind import get_kind
+    from workbook_builder.sheet.registry import get_kind
 
     kind = get_kind(args.kind)
     tokens = parse_tokens(args.tokens)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from reference.positional import positional_ref
 from sheets._steps import dims, matmul, matmul_transposed
 from workbook_builder.errors import UserError
-from workbook_builder.kind import Kind
-from workbook_builder.layout import Block
-from workbook_builder.refs import range_ref
+from workbook_builder.sheet.kind import Kind
+from workbook_builder.sheet.layout import Block
+from workbook_builder.sheet.refs import range_ref
 
 ROPE_CONVENTIONS = ["interleaved", "half"]
 

@@ -13,7 +13,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from reference.sliding_window import parse_global, sliding_window_ref
 from sheets._steps import ValueWidth, dims, matmul, matmul_transposed, scale
 from workbook_builder.errors import UserError
-from workbook_builder.kind import Kind
+from workbook_builder.sheet.kind import Kind
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,21 @@
-"""The registry of sheet kinds and the contract every kind fulfils.
+"""The contract every sheet kind fulfils, and what follows from its declaration.
 
 A kind is one module in `sheets/` holding a `Kind` subclass, plus one `*_ref` function in
-`reference/`. Subclassing registers the kind; nothing else needs editing.
+`reference/`. It declares its parameters (a frozen dataclass), its inputs once (`inputs`),
+and its sheet as sections of blocks for given parameters (`sections`). Size inference, the
+input shapes, the ordered step list, random inputs and the layout all follow from that.
 """
 
 import dataclasses
-import importlib
-import pkgutil
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from workbook_builder.errors import UserError
-from workbook_builder.layout import SheetWriter
+from workbook_builder.sheet.declare import Input, Section, Step, size_name, size_of
+from workbook_builder.sheet.layout import SheetWriter
 
 KINDS: dict[str, type["Kind"]] = {}
 
@@ -27,19 +28,43 @@ class Kind:
     Params: ClassVar[type]                     # frozen dataclass; field metadata["help"]
     reference: ClassVar[Callable[..., dict[str, np.ndarray]]]
     sheet_title: ClassVar[str]
+    inputs: ClassVar[Sequence[Input]] = ()     # every input the kind may have, in sheet order
     # parameter sets the test suite builds and checks (both layouts); a new kind is tested
     # without being listed anywhere else
     test_cases: ClassVar[list[dict[str, Any]]] = []
     # (file stem, parameters) that `attnsheets demo` builds
     demo_cases: ClassVar[list[tuple[str, dict[str, Any]]]] = []
     # the kind's sheet text in other languages: {"zh": {English as written: translation}},
-    # "{name}" slots matching formatted text (workbook_builder/i18n.py)
+    # "{name}" slots matching formatted text (workbook_builder/teaching/i18n.py)
     translations: ClassVar[dict[str, dict[str, str]]] = {}
+    tokens_help: ClassVar[str] = 'comma-separated row labels, e.g. "我,爱,AI"'
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
             KINDS[cls.name] = cls
+
+    # -- the declaration -------------------------------------------------------------------
+    @classmethod
+    def sections(cls, p) -> list[Section]:
+        """The sheet, top to bottom; step names equal the reference's keys."""
+        raise NotImplementedError
+
+    @classmethod
+    def steps(cls, p) -> list[Step]:
+        """Every step block, in sheet order."""
+        return [item for sec in cls.sections(p) for band in sec.bands for item in band
+                if isinstance(item, Step)]
+
+    @classmethod
+    def step_names(cls, p) -> list[str]:
+        return [step.name for step in cls.steps(p)]
+
+    @classmethod
+    def input_shapes(cls, p) -> dict[str, tuple[int, int]]:
+        """Every input block present with these parameters, and its (rows, cols)."""
+        return {i.name: (size_of(i.rows, p), size_of(i.cols, p)) for i in cls.inputs
+                if i.present(p)}
 
     # -- parameters and inputs -------------------------------------------------------------
     @classmethod
@@ -52,30 +77,28 @@ class Kind:
                                 f"number, got {value}")
 
     @classmethod
-    def input_shapes(cls, params) -> dict[str, tuple[int, int]]:
-        """Every input block's name and (rows, cols), in sheet order."""
-        raise NotImplementedError
-
-    # input name -> (parameter its rows give, parameter its columns give), for inference
-    input_dims: ClassVar[dict[str, tuple[str | None, str | None]]] = {}
-
-    @classmethod
     def infer_params(cls, given: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """Sizes implied by user-given inputs, used where no flag sets them; inputs that
-        disagree on a size are an error."""
+        disagree on a size are an error. A switched input given by hand turns its switch
+        on."""
         sizes: dict[str, tuple[int, str]] = {}
-        for name, fields in cls.input_dims.items():
-            if name not in given or np.ndim(given[name]) != 2:
+        switches: dict[str, bool] = {}
+        for item in cls.inputs:
+            if item.name not in given or np.ndim(given[item.name]) != 2:
                 continue
-            for field_name, size in zip(fields, np.shape(given[name]), strict=True):
+            if isinstance(item.when, str):
+                switches[item.when] = True
+            for size, got in zip((item.rows, item.cols), np.shape(given[item.name]),
+                                 strict=True):
+                field_name = size_name(size)
                 if field_name is None:
                     continue
-                if field_name in sizes and sizes[field_name][0] != size:
+                if field_name in sizes and sizes[field_name][0] != got:
                     first_size, first_input = sizes[field_name]
                     raise UserError(f"inputs disagree on {field_name}: {first_input} gives "
-                                    f"{first_size}, {name} gives {size}")
-                sizes[field_name] = (size, name)
-        return {field_name: size for field_name, (size, _) in sizes.items()}
+                                    f"{first_size}, {item.name} gives {got}")
+                sizes[field_name] = (got, item.name)
+        return {**switches, **{name: size for name, (size, _) in sizes.items()}}
 
     @classmethod
     def random_input(cls, name: str, shape: tuple[int, int], params,
@@ -93,7 +116,10 @@ class Kind:
             raise UserError(f"--tokens gives {len(tokens)} labels but the sequence has {n}")
         return tokens
 
-    tokens_help: ClassVar[str] = 'comma-separated row labels, e.g. "我,爱,AI"'
+    @classmethod
+    def label_sets(cls, params, labels: list[str]) -> dict[str, list]:
+        """Named label lists the declaration refers to ("tokens", …)."""
+        return {"tokens": labels}
 
     @classmethod
     def params_from_tokens(cls, tokens: list[str]) -> dict[str, Any]:
@@ -119,25 +145,17 @@ class Kind:
     # -- the sheet -------------------------------------------------------------------------
     @classmethod
     def lay_out(cls, sheet: SheetWriter, params, inputs: dict[str, np.ndarray],
-                tokens: list[str]) -> None:
-        """Write every input and step block; step names equal the reference's keys."""
-        raise NotImplementedError
-
-
-def load_kinds() -> dict[str, type[Kind]]:
-    """Import every module in `sheets/` so each registers its kind."""
-    import sheets
-
-    for module in pkgutil.iter_modules(sheets.__path__):
-        importlib.import_module(f"sheets.{module.name}")
-    return KINDS
-
-
-def get_kind(name: str) -> type[Kind]:
-    kinds = load_kinds()
-    if name not in kinds:
-        raise UserError(f"unknown kind {name!r}; known kinds: {', '.join(sorted(kinds))}")
-    return kinds[name]
+                labels: list[str]) -> None:
+        """Write every declared section."""
+        sheet.params = params
+        sheet.label_sets = cls.label_sets(params, labels)
+        declared = {i.name for i in cls.inputs if i.present(params)}
+        placed = {item.name for sec in cls.sections(params) for band in sec.bands
+                  for item in band if isinstance(item, Input)}
+        if placed != declared:  # a declaration error, caught by the tests of every kind
+            raise ValueError(f"kind {cls.name} places inputs {sorted(placed)} but declares "
+                             f"{sorted(declared)}")
+        sheet.write(cls.sections(params), inputs)
 
 
 def make_params(kind: type[Kind], values: Mapping[str, Any]):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from reference.cross_attention import cross_attention_ref
 from sheets._steps import ValueWidth, dims, matmul, matmul_transposed, scale, softmax_steps
 from workbook_builder.errors import UserError
-from workbook_builder.kind import Kind
+from workbook_builder.sheet.kind import Kind
 
 
 def two_sequence_labels(tokens: list[str] | None, n_src: int, n_tgt: int,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from reference.linear import linear_ref
 from sheets._steps import ValueWidth, dims, matmul
-from workbook_builder.kind import Kind
-from workbook_builder.refs import range_ref
+from workbook_builder.sheet.kind import Kind
+from workbook_builder.sheet.refs import range_ref
 
 EPS = "1E-06"  # fast-transformers' default, written with a signed exponent
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from reference.ssm import ssm_ref
 from sheets._steps import dims, matmul
-from workbook_builder.kind import Kind
-from workbook_builder.layout import Block
+from workbook_builder.sheet.kind import Kind
+from workbook_builder.sheet.layout import Block
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int 
     the same length, counted in workbooks built as `build` writes them."""
     from workbook_builder.book import build_workbook
     from workbook_builder.build import count_formula_cells
-    from workbook_builder.kind import complete_inputs, get_kind, make_params
+    from workbook_builder.sheet.kind import complete_inputs, get_kind, make_params
 
     rows = []
     for seq_len in lengths:

@@ -3,7 +3,7 @@ visible steps of a row softmax. Each writes one named step block."""
 
 from collections.abc import Sequence
 
-from workbook_builder.layout import Block, SheetWriter
+from workbook_builder.sheet.layout import Block, SheetWriter
 
 
 class ValueWidth:

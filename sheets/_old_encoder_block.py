@@ -18,7 +18,7 @@ import numpy as np
 from reference.encoder_block import encoder_block_ref
 from sheets._steps import dims, matmul, matmul_transposed, scale, softmax_steps
 from workbook_builder.errors import UserError
-from workbook_builder.kind import Kind
+from workbook_builder.sheet.kind import Kind
 
 LN_EPS = "1E-05"
 # GELU, tanh form: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (ERF is not portable)

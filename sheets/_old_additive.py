@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from reference.additive import additive_ref
 from sheets._steps import dims, matmul, softmax_steps
 from sheets.cross_attention import TwoSequenceKind
-from workbook_builder.refs import range_ref
+from workbook_builder.sheet.refs import range_ref
 
 
 @dataclass(frozen=True)

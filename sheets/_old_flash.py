@@ -22,9 +22,9 @@ from reference.flash import block_bounds, flash_ref
 from sheets._steps import causal_mask, dims, matmul, matmul_transposed, scale, softmax_steps
 from sheets.attention import Attention, AttentionParams
 from workbook_builder.errors import UserError
-from workbook_builder.kind import Kind
-from workbook_builder.layout import Block
-from workbook_builder.refs import range_ref
+from workbook_builder.sheet.kind import Kind
+from workbook_builder.sheet.layout import Block
+from workbook_builder.sheet.refs import range_ref
 
 SKIP_FILL = PatternFill("solid", fgColor="D9D9D9")
 SKIP_FORMAT = '"skip";"skip";"skip"'  # the cell still holds a number (0)

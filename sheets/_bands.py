@@ -1,0 +1,155 @@
+"""Bands several kinds share, declared once: the X/W_Q/W_K/W_V inputs, the Q/K/V
+projections, scaled scores, the causal mask, the four visible steps of a row softmax,
+attention per head with its concatenation, and source|target token labels."""
+
+from workbook_builder.errors import UserError
+from workbook_builder.sheet import Custom, Dim, Input, Kind, Map, MatMul, MatMulT, Rows, Step
+
+
+class ValueWidth:
+    """Mixed into Params that have d_k and an optional d_v: W_V's width defaults to d_k."""
+
+    @property
+    def value_width(self) -> int:
+        return self.d_k if self.d_v is None else self.d_v
+
+
+D_V = Dim("d_v", lambda p: p.value_width)
+
+X = Input("X", "seq_len", "d_model", "token embeddings", note="One row per token.")
+W_Q = Input("W_Q", "d_model", "d_k", "query weights", "d", "k")
+W_K = Input("W_K", "d_model", "d_k", "key weights", "d", "k")
+W_V = Input("W_V", "d_model", D_V, "value weights", "d", "v")
+QKV_INPUTS = [X, W_Q, W_K, W_V]
+
+
+def projections(source: str = "X", q_source: str | None = None) -> list[Step]:
+    """Q = X·W_Q, K = X·W_K, V = X·W_V (queries from `q_source` when it differs)."""
+    q_from = q_source or source
+    return [Step("Q", f"Q = {q_from}·W_Q", MatMul(q_from, "W_Q"),
+                 "Queries: what each token is looking for."),
+            Step("K", f"K = {source}·W_K", MatMul(source, "W_K"),
+                 "Keys: what each token offers to be found by."),
+            Step("V", f"V = {source}·W_V", MatMul(source, "W_V"),
+                 "Values: the content each token passes on.")]
+
+
+def scaled_scores(suffix: str = "", equation: str = "S = Q·Kᵀ", q: str = "Q", k: str = "K",
+                  q_cols=None, k_cols=None,
+                  explanation: str = "Dividing by √d_k keeps the scores from growing with "
+                                     "the width.") -> list[Step]:
+    """S = Q·Kᵀ (over column slices for one head) and S/√d_k, with d_k written into the
+    formula as the tutorial writes it."""
+    scores = "SCORES" + suffix
+    return [Step(scores, equation, MatMulT(q, k, q_cols, k_cols),
+                 "Dot product of query i with key j."),
+            Step("SCALED" + suffix, "S / √d_k   (d_k = {d_k})",
+                 Map("={S}/SQRT({d_k})", S=scores), explanation)]
+
+
+def positions_from_1(p) -> list[int]:
+    return list(range(1, p.seq_len + 1))
+
+
+# M_ij = 1 where key j ≤ query i (PyTorch `is_causal`, top-left); the labels are the
+# positions the formula compares
+CAUSAL_MASK = Step(
+    "MASK", "1 if key j ≤ query i else 0",
+    Map("=IF({COL_LABEL}<={ROW_LABEL},1,0)", rows="seq_len", cols="seq_len"),
+    "Causal mask: a token may attend only to itself and earlier tokens. Masked entries are "
+    "left out of the row max and sum below, so no −∞ is needed.",
+    row_labels=positions_from_1, col_labels=positions_from_1, corner="query\\key")
+
+
+def softmax_steps(scaled: str = "SCALED", mask: str | None = None, suffix: str = "",
+                  over: str = "keys") -> list[Step]:
+    """The row softmax as visible steps; a causal mask ends each row's max at the
+    diagonal and zeroes the masked exponentials."""
+    row_max, exp, row_sum = "ROW_MAX" + suffix, "EXP" + suffix, "ROW_SUM" + suffix
+    shifted = "EXP({S}-{M})"
+    return [
+        # m_i = max_{j allowed} s_ij   (subtracting it keeps EXP from overflowing)
+        Step(row_max, "m = max_j S_ij",
+             Rows("=MAX({S})", upto=(lambda i: i) if mask else None, S=scaled),
+             "Largest allowed score of each row; subtracting it before EXP is the stable "
+             "softmax and changes no weight.", col_labels=["max"]),
+        # p_ij = exp(s_ij − m_i), 0 where masked
+        Step(exp, "P = exp(S − m)" + (" · mask" if mask else ""),
+             Map(f"=IF({{K}}=1,{shifted},0)" if mask else f"={shifted}", labels_from=scaled,
+                 S=scaled, M=row_max, **({"K": mask} if mask else {})),
+             "Exponential of each shifted score; masked entries are 0."),
+        # ℓ_i = Σ_j p_ij
+        Step(row_sum, "ℓ = Σ_j P_ij", Rows("=SUM({P})", P=exp),
+             "Row sums of the exponentials: the softmax denominator.", col_labels=["sum"]),
+        # a_ij = p_ij / ℓ_i
+        Step("WEIGHTS" + suffix, "A = P / ℓ", Map("={P}/{L}", P=exp, L=row_sum),
+             f"Attention weights: each row is a probability distribution over the {over} "
+             f"(sums to 1).", heatmap=True),
+    ]
+
+
+def head_labels(prefix: str, count_of, width_of):
+    """Labels of heads side by side: q1.1, q1.2, …, q2.1, …"""
+    return lambda p: [f"{prefix}{h + 1}.{j + 1}" for h in range(count_of(p))
+                      for j in range(width_of(p))]
+
+
+def head_steps(h: int, g: int, d_k: int, mask: str | None) -> list[Step]:
+    """Query head h (0-based) over key/value head g: scores, softmax, A·V."""
+    sfx, qs, ks = f"_H{h + 1}", (h * d_k, (h + 1) * d_k - 1), (g * d_k, (g + 1) * d_k - 1)
+    scores = scaled_scores(sfx, f"S = Q_{h + 1}·K_{g + 1}ᵀ", q_cols=qs, k_cols=ks,
+                           explanation="Scores of this head divided by √d_k.")
+    return [*scores, *softmax_steps("SCALED" + sfx, mask, sfx),
+            Step("HEAD" + sfx, f"head_{h + 1} = A·V_{g + 1}", MatMul("WEIGHTS" + sfx, "V",
+                                                                      b_cols=ks),
+                 f"Output of head {h + 1}.", col_labels=f"h{h + 1}.")]
+
+
+def concat_heads(heads: int, d_k: int) -> Step:
+    """CONCAT = [head_1 … head_H]: head h fills columns h·d_k … (h+1)·d_k − 1."""
+    return Step("CONCAT", "[head_1 … head_H]", Custom(
+        "seq_len", heads * d_k,
+        each=lambda i, j, env: f"={env[f'HEAD_H{j // d_k + 1}'].cell(i, j % d_k)}",
+        per_slice=(d_k, lambda h, env: f"={env[f'HEAD_H{h + 1}'].whole()}")),
+        "The head outputs side by side.", row_labels="tokens",
+        col_labels=[f"h{h + 1}.{j + 1}" for h in range(heads) for j in range(d_k)])
+
+
+class TwoSequenceKind(Kind):
+    """A kind over a source (src_len) and a target (tgt_len) sequence, labelled by
+    --tokens "SOURCE|TARGET". Not registered itself: it has no name."""
+
+    tokens_help = ('"SOURCE|TARGET" labels, each side comma-separated, e.g. '
+                   '"我,爱,AI|I,love,AI" (also sets --src-len and --tgt-len)')
+
+    @classmethod
+    def params_from_tokens(cls, tokens):
+        """--src-len/--tgt-len implied by "x1,x2|y1"; a malformed list is reported by
+        `labels`."""
+        sides = ",".join(tokens).split("|")
+        if len(sides) != 2:
+            return {}
+        return {"src_len": len(sides[0].split(",")), "tgt_len": len(sides[1].split(","))}
+
+    @classmethod
+    def labels(cls, p, tokens):
+        """Source labels then target labels. The CLI splits --tokens on commas, so the two
+        sequences are told apart by one "|": "x1,x2,x3|y1,y2"."""
+        if tokens is None:
+            return [f"x{i + 1}" for i in range(p.src_len)] + \
+                [f"y{i + 1}" for i in range(p.tgt_len)]
+        joined = ",".join(tokens)
+        if joined.count("|") != 1:
+            raise UserError(f'--tokens for {cls.name} is "SOURCE|TARGET", each side '
+                            f'comma-separated, e.g. "我,爱,AI|I,love,AI"')
+        src, tgt = ([t.strip() for t in side.split(",")] for side in joined.split("|"))
+        if not all(src) or not all(tgt):
+            raise UserError("--tokens has an empty label")
+        if len(src) != p.src_len or len(tgt) != p.tgt_len:
+            raise UserError(f"--tokens gives {len(src)} source and {len(tgt)} target labels "
+                            f"but --src-len is {p.src_len} and --tgt-len is {p.tgt_len}")
+        return src + tgt
+
+    @classmethod
+    def label_sets(cls, p, labels):
+        return {"tokens": labels, "src": labels[:p.src_len], "tgt": labels[p.src_len:]}

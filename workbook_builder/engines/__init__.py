@@ -1,0 +1,1 @@
+"""Engines that calculate a workbook: the `formulas` package, LibreOffice, Gnumeric."""

@@ -1,0 +1,102 @@
+"""Every use of a third-party library's internals, in one place.
+
+Each shortcut is written for a known version range of its library and checked against the
+installed version; outside that range the library's public path is taken instead, so a new
+release can make us slower but never wrong. tests/test_thirdparty.py shows that both paths
+give the same results.
+"""
+
+import functools
+import os
+from collections.abc import Iterator
+from importlib.metadata import version
+from types import SimpleNamespace
+
+from openpyxl.cell.cell import Cell
+
+# the `formulas` engine draws a tqdm bar; tqdm reads TQDM_DISABLE when it is first imported
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def _within(package: str, low: str, high: str) -> bool:
+    """low <= installed version < high."""
+    try:
+        installed = _version_tuple(version(package))
+    except Exception:  # not installed as a distribution: take the public path
+        return False
+    return _version_tuple(low) <= installed < _version_tuple(high)
+
+
+# openpyxl 3.1: `Worksheet._cells` holds only the cells the sheet has (iter_rows creates every
+# empty cell of the used rectangle), `Cell._style` is the cell's style record
+OPENPYXL_SHORTCUTS = _within("openpyxl", "3.1", "3.2")
+# formulas 1.3: `RangesAssembler.push` and the module-level `tqdm` of formulas.excel
+FORMULAS_SHORTCUTS = _within("formulas", "1.3.4", "1.4")
+
+
+def stored_cells(ws, shortcuts: bool | None = None) -> Iterator[Cell]:
+    """The cells a worksheet holds (not the empty ones inside its used range)."""
+    if OPENPYXL_SHORTCUTS if shortcuts is None else shortcuts:
+        yield from list(ws._cells.values())
+        return
+    for row in ws.iter_rows():
+        for cell in row:
+            if cell.value is not None or cell.has_style:
+                yield cell
+
+
+def copy_style(source: Cell, target: Cell, shortcuts: bool | None = None) -> None:
+    """Give `target` the style of `source`. Setting style attributes hashes the whole style
+    each time (~10 µs a cell); copying the style record, as openpyxl's own copy_worksheet
+    does, keeps a 512×512 block to a fraction of a second."""
+    if OPENPYXL_SHORTCUTS if shortcuts is None else shortcuts:
+        target._style = source._style.__copy__()
+        return
+    target.font, target.fill = source.font.copy(), source.fill.copy()
+    target.border, target.alignment = source.border.copy(), source.alignment.copy()
+    target.number_format, target.protection = source.number_format, source.protection.copy()
+
+
+def _push_smaller_side(self, indices, output=None):
+    """formulas' RangesAssembler.push, with the intersection taken by iterating the smaller
+    side: the original copies `indices` (a whole range's index set) on every call, O(cells²)
+    beside large blocks. Same result, same bookkeeping."""
+    missing = self.missing
+    if len(missing) < len(indices):
+        found = {i for i in missing if i in indices}
+    else:
+        found = set(indices) & missing
+    if found:
+        missing.difference_update(found)
+        found = {indices[i]: i for i in found} if output is None else {output: indices}
+        self.inputs.update(dict.fromkeys(found, None))
+        if output is None or indices.issubset(self.indices):
+            self.outputs.update(found)
+    return missing
+
+
+def formulas_engine(shortcuts: bool | None = None):
+    """The `formulas` module, quiet (no progress bar) and, within the known versions, with
+    the fast range assembly in place."""
+    import formulas
+    import formulas.excel
+    from formulas.cell import RangesAssembler
+
+    use = FORMULAS_SHORTCUTS if shortcuts is None else shortcuts
+    if FORMULAS_SHORTCUTS and not isinstance(formulas.excel.tqdm, SimpleNamespace):
+        # tqdm may have been imported before TQDM_DISABLE was set (by another library):
+        # quieten the engine's own reference only, never the global tqdm
+        formulas.excel.tqdm = SimpleNamespace(
+            tqdm=functools.partial(formulas.excel.tqdm.tqdm, disable=True))
+    if not hasattr(RangesAssembler, "_original_push"):
+        RangesAssembler._original_push = RangesAssembler.push
+    RangesAssembler.push = _push_smaller_side if use else RangesAssembler._original_push
+    return formulas

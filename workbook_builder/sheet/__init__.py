@@ -1,0 +1,24 @@
+"""Writing sheets: the vocabulary kinds are declared in, and the writer that lays them out."""
+
+from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.declare import (
+    Cell,
+    Custom,
+    Dim,
+    Env,
+    Input,
+    Map,
+    MatMul,
+    MatMulT,
+    Rows,
+    Section,
+    Step,
+    Table,
+    dims,
+    rows_of,
+    section,
+)
+from workbook_builder.sheet.kind import Kind
+
+__all__ = ["Block", "Cell", "Custom", "Dim", "Env", "Input", "Kind", "Map", "MatMul",
+           "MatMulT", "Rows", "Section", "Step", "Table", "dims", "rows_of", "section"]

@@ -1,0 +1,244 @@
+"""Lays out a kind's declared sections on a worksheet as labelled blocks.
+
+A block is a rectangle of cells under a three-line header:
+
+    NAME                 <- bold; the workbook-level defined name of the data cells
+    equation             <- what every cell of the block computes
+    corner | col labels
+    row label | data ...
+
+Sections are placed top to bottom; the blocks of one band side by side.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+from openpyxl.comments import Comment
+from openpyxl.formatting.rule import ColorScaleRule
+from openpyxl.styles import Alignment, Font, PatternFill
+from openpyxl.workbook.defined_name import DefinedName
+from openpyxl.worksheet.formula import ArrayFormula
+from openpyxl.worksheet.worksheet import Worksheet
+
+from workbook_builder.engines.thirdparty import copy_style
+from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.declare import (
+    Env,
+    Input,
+    Labels,
+    Section,
+    Step,
+    Table,
+    dims,
+    size_of,
+    text_of,
+)
+from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
+
+LAYOUTS = ("cells", "blocks")
+
+INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")    # pale yellow: a value you may edit
+FORMULA_FILL = PatternFill("solid", fgColor="DDEBF7")  # pale blue: a live formula
+SKIP_FILL = PatternFill("solid", fgColor="D9D9D9")     # grey: a tile the algorithm skips
+SKIP_FORMAT = '"skip";"skip";"skip"'                   # the cell still holds a number (0)
+NAME_FONT = Font(bold=True, color="1F4E79")
+EQUATION_FONT = Font(italic=True, color="404040")
+LABEL_FONT = Font(color="7F7F7F")
+TITLE_FONT = Font(bold=True, size=14)
+NUMBER_FORMAT = "0.0000"
+HEADER_ROWS = 3  # name, equation, column labels
+
+
+class SheetWriter:
+    """Writes blocks onto one worksheet and names them in the workbook."""
+
+    def __init__(self, ws: Worksheet, layout: str, params=None,
+                 label_sets: Mapping[str, Sequence] | None = None, first_row: int = 4):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}")
+        self.ws = ws
+        self.layout = layout
+        self.params = params
+        self.label_sets = dict(label_sets or {})
+        self.row = first_row
+        self.margin = 1
+        self._band: list[int] | None = None  # [top, next left, lowest bottom]
+        self.blocks: dict[str, Block] = {}
+        self.labels: dict[str, tuple[list, list]] = {}
+        # an exercise's hidden answer key lays the same blocks out again: unnamed (the
+        # names stay on the visible sheet), its inputs linked to the visible inputs
+        self.name_blocks = True
+        self.linked_inputs: dict[str, Block] | None = None
+
+    # -- sheet furniture -------------------------------------------------------------------
+    def title(self, text: str, subtitle: str = "") -> None:
+        self.ws.cell(1, 1, text).font = TITLE_FONT
+        if subtitle:
+            self.ws.cell(2, 1, subtitle).font = EQUATION_FONT
+        legend = self.ws.cell(3, 1, "yellow = input you may edit    blue = live formula")
+        legend.font = LABEL_FONT
+
+    def text(self, text: str, bold: bool = False) -> None:
+        """One line of prose across the sheet, outside any band."""
+        cell = self.ws.cell(self.row, self.margin, text)
+        cell.font = Font(bold=bold)
+        self.row += 1
+
+    # -- declared sections -----------------------------------------------------------------
+    def write(self, sections: Iterable[Section], inputs: Mapping[str, np.ndarray]) -> None:
+        """Every section in order: its header line, then its bands."""
+        for sec in sections:
+            self.text(text_of(sec.title, self.params), bold=sec.bold)
+            for band in sec.bands:
+                self._band = [self.row, self.margin, self.row]
+                for item in band:
+                    if isinstance(item, Input):
+                        self._input(item, inputs[item.name])
+                    elif isinstance(item, Step):
+                        self._step(item)
+                    else:
+                        self._table(item)
+                self.row = self._band[2] + 2
+                self._band = None
+
+    def _labels(self, spec: Labels | None, count: int, derived: Sequence | None) -> list:
+        if spec is None:
+            return list(derived) if derived is not None else dims("", count)
+        if isinstance(spec, str):
+            return list(self.label_sets[spec]) if spec in self.label_sets else \
+                dims(spec, count)
+        if callable(spec):
+            return list(spec(self.params))
+        return list(spec)
+
+    def _input(self, item: Input, values: np.ndarray) -> Block:
+        rows, cols = size_of(item.rows, self.params), size_of(item.cols, self.params)
+        values = np.asarray(values, dtype=float)
+        assert values.shape == (rows, cols), (item.name, values.shape, rows, cols)
+        block = self._place(item.name, rows, cols)
+        row_labels = self._labels(item.row_labels, rows, None)
+        col_labels = self._labels(item.col_labels, cols, None)
+        self._header(block, text_of(item.title, self.params), row_labels, col_labels,
+                     text_of(item.note, self.params), item.corner)
+        source = (self.linked_inputs or {}).get(item.name)
+        ws = self.ws
+        first = ws.cell(block.top, block.left)
+        first.fill = INPUT_FILL  # the others copy its style record
+        for i in range(rows):
+            for j in range(cols):
+                value = _plain(values[i, j]) if source is None else \
+                    f"={quote_sheet(source.sheet)}!{source.fixed(i, j)}"
+                cell = ws.cell(block.top + i, block.left + j, value)
+                if i or j:
+                    copy_style(first, cell)
+        self._name(block, row_labels, col_labels)
+        return block
+
+    def _step(self, step: Step) -> Block:
+        env = Env(self.blocks, self.labels, self.params)
+        rows, cols = step.formula.shape(env)
+        derived_rows, derived_cols = step.formula.labels(env) or (None, None)
+        row_labels = self._labels(step.row_labels, rows, derived_rows)
+        col_labels = self._labels(step.col_labels, cols, derived_cols)
+        block = self._place(step.name, rows, cols)
+        env.me = block
+        self._header(block, text_of(step.equation, self.params), row_labels, col_labels,
+                     text_of(step.explanation, self.params), step.corner)
+        ws = self.ws
+        arrays = step.formula.arrays(env) if self.layout == "blocks" else None
+        if arrays is not None:
+            for a in arrays:
+                ref = range_ref(block.top + a.r0, block.left + a.c0, block.top + a.r1,
+                                block.left + a.c1)
+                ws.cell(block.top + a.r0, block.left + a.c0).value = ArrayFormula(ref, a.text)
+        else:
+            for i in range(rows):
+                for j in range(cols):
+                    cell = step.formula.cell(i, j, env)
+                    target = ws.cell(block.top + i, block.left + j)
+                    target.value = ArrayFormula(target.coordinate, cell.text) if cell.array \
+                        else cell.text
+        _paint(ws, block, FORMULA_FILL, step.number_format or NUMBER_FORMAT)
+        for r in sorted(step.skipped_rows):
+            for c in range(cols):
+                target = ws.cell(block.top + r, block.left + c)
+                target.number_format, target.fill = SKIP_FORMAT, SKIP_FILL
+        if step.heatmap:
+            ws.conditional_formatting.add(
+                block.whole().replace("$", ""),
+                ColorScaleRule(start_type="num", start_value=0, start_color="FFFFFF",
+                               end_type="num", end_value=1, end_color="F8696B"))
+        self._name(block, row_labels, col_labels)
+        return block
+
+    def _table(self, table: Table) -> None:
+        """Label/value lines in the band's next slot, value three columns right."""
+        top, left = self._band[0], self._band[1]
+        for i, (label, value) in enumerate(table.rows):
+            self.ws.cell(top + i, left, text_of(label, self.params))
+            self.ws.cell(top + i, left + 3, text_of(value, self.params))
+        self._band[1] = left + 5
+        self._band[2] = max(self._band[2], top + len(table.rows) - 1)
+
+    # -- placing and naming ----------------------------------------------------------------
+    def _place(self, name: str, rows: int, cols: int) -> Block:
+        if self._band is None:
+            top, label_col = self.row, self.margin
+        else:
+            top, label_col = self._band[0], self._band[1]
+        block = Block(name, self.ws.title, top + HEADER_ROWS, label_col + 1, rows, cols)
+        if self._band is None:
+            self.row = block.bottom + 2
+        else:
+            self._band[1] = block.right + 2
+            self._band[2] = max(self._band[2], block.bottom)
+        return block
+
+    def _header(self, block: Block, equation: str, row_labels: Sequence,
+                col_labels: Sequence, explanation: str, corner: str) -> None:
+        ws, label_col = self.ws, block.left - 1
+        name_cell = ws.cell(block.top - 3, label_col, block.name)
+        name_cell.font = NAME_FONT
+        if explanation:
+            name_cell.comment = Comment(explanation, "attnsheets", width=300, height=120)
+        ws.cell(block.top - 2, label_col, equation).font = EQUATION_FONT
+        ws.cell(block.top - 1, label_col, corner).font = LABEL_FONT
+        for j, label in enumerate(col_labels):
+            cell = ws.cell(block.top - 1, block.left + j, label)
+            cell.font = LABEL_FONT
+            cell.alignment = Alignment(horizontal="center")
+        for i, label in enumerate(row_labels):
+            ws.cell(block.top + i, label_col, label).font = LABEL_FONT
+
+    def _name(self, block: Block, row_labels: list, col_labels: list) -> None:
+        if block.name in self.blocks:
+            raise ValueError(f"block {block.name} placed twice")
+        self.blocks[block.name] = block
+        self.labels[block.name] = (row_labels, col_labels)
+        if not self.name_blocks:
+            return
+        wb = self.ws.parent
+        wb.defined_names[block.name] = DefinedName(block.name, attr_text=block.address())
+
+    def finish(self) -> None:
+        """Column widths wide enough for 4-decimal numbers."""
+        for col in range(1, self.ws.max_column + 1):
+            self.ws.column_dimensions[cell_ref(1, col)[:-1]].width = 9
+        self.ws.freeze_panes = "A4"
+
+
+def _paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = "") -> None:
+    """Style every data cell like the first (one style record copied, not re-hashed)."""
+    first = ws.cell(block.top, block.left)
+    first.fill = fill
+    if number_format:
+        first.number_format = number_format
+    for i in range(block.rows):
+        for j in range(block.cols):
+            if i or j:
+                copy_style(first, ws.cell(block.top + i, block.left + j))
+
+
+def _plain(x: float) -> float | int:
+    """Write whole numbers as integers so the sheet shows 1, not 1.0."""
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
