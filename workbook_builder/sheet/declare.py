@@ -99,6 +99,9 @@ class Env:
     labels: dict[str, tuple[list, list]]
     params: Any
     me: Block | None = None
+    # "row", "col" or "one" for blocks declared as a single row, column or cell (a bias
+    # row, a row max): those broadcast; any other block is read cell for cell
+    vectors: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Block:
         return self.blocks[name]
@@ -147,16 +150,23 @@ def _whole(env: Env) -> list[Array]:
     return [Array(0, 0, me.rows - 1, me.cols - 1, "")]
 
 
-def _broadcast_ref(block: Block, i: int, j: int) -> str:
-    """The cell of `block` that cell (i, j) of a same-shaped block reads; a 1-row or
-    1-column block is read along its single row or column (anchored there)."""
-    if block.rows == 1 and block.cols == 1:
+def _broadcast_ref(block: Block, vector: str | None, i: int, j: int) -> str:
+    """The cell of `block` that cell (i, j) reads: the same cell of a matrix; along its
+    single row or column (anchored there) for a block declared as one row or column."""
+    if vector == "one":
         return block.fixed(0, 0)
-    if block.cols == 1:
+    if vector == "col":
         return block.row(i)
-    if block.rows == 1:
+    if vector == "row":
         return block.col(j)
     return block.cell(i, j)
+
+
+def vector_kind(rows: "Size", cols: "Size", formula: "Formula | None" = None) -> str | None:
+    """"one", "col" or "row" for a block declared with a literal size 1 (or produced per
+    row), else None."""
+    one_row, one_col = rows == 1, cols == 1 or isinstance(formula, Rows)
+    return "one" if one_row and one_col else "col" if one_col else "row" if one_row else None
 
 
 @dataclass(frozen=True)
@@ -224,7 +234,8 @@ class Map(Formula):
 
     def cell(self, i, j, env):
         me = env.me
-        return Cell(self._render(env, lambda b: _broadcast_ref(b, i, j), me.row_label(i),
+        return Cell(self._render(env, lambda b: _broadcast_ref(b, env.vectors.get(b.name), i, j),
+                                 me.row_label(i),
                                  me.col_label(j)))
 
     def arrays(self, env):

@@ -32,6 +32,7 @@ from workbook_builder.sheet.declare import (
     dims,
     size_of,
     text_of,
+    vector_kind,
 )
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 
@@ -65,6 +66,7 @@ class SheetWriter:
         self._band: list[int] | None = None  # [top, next left, lowest bottom]
         self.blocks: dict[str, Block] = {}
         self.labels: dict[str, tuple[list, list]] = {}
+        self.vectors: dict[str, str] = {}
         # an exercise's hidden answer key lays the same blocks out again: unnamed (the
         # names stay on the visible sheet), its inputs linked to the visible inputs
         self.name_blocks = True
@@ -131,11 +133,11 @@ class SheetWriter:
                 cell = ws.cell(block.top + i, block.left + j, value)
                 if i or j:
                     copy_style(first, cell)
-        self._name(block, row_labels, col_labels)
+        self._name(block, row_labels, col_labels, vector_kind(item.rows, item.cols))
         return block
 
     def _step(self, step: Step) -> Block:
-        env = Env(self.blocks, self.labels, self.params)
+        env = Env(self.blocks, self.labels, self.params, vectors=self.vectors)
         rows, cols = step.formula.shape(env)
         derived_rows, derived_cols = step.formula.labels(env) or (None, None)
         row_labels = self._labels(step.row_labels, rows, derived_rows)
@@ -168,7 +170,9 @@ class SheetWriter:
                 block.whole().replace("$", ""),
                 ColorScaleRule(start_type="num", start_value=0, start_color="FFFFFF",
                                end_type="num", end_value=1, end_color="F8696B"))
-        self._name(block, row_labels, col_labels)
+        self._name(block, row_labels, col_labels,
+                   vector_kind(getattr(step.formula, "rows", None),
+                               getattr(step.formula, "cols", None), step.formula))
         return block
 
     def _table(self, table: Table) -> None:
@@ -210,11 +214,14 @@ class SheetWriter:
         for i, label in enumerate(row_labels):
             ws.cell(block.top + i, label_col, label).font = LABEL_FONT
 
-    def _name(self, block: Block, row_labels: list, col_labels: list) -> None:
+    def _name(self, block: Block, row_labels: list, col_labels: list,
+              vector: str | None) -> None:
         if block.name in self.blocks:
             raise ValueError(f"block {block.name} placed twice")
         self.blocks[block.name] = block
         self.labels[block.name] = (row_labels, col_labels)
+        if vector:
+            self.vectors[block.name] = vector
         if not self.name_blocks:
             return
         wb = self.ws.parent
