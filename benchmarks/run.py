@@ -73,7 +73,7 @@ def run_measured(command: list[str], cwd: Path) -> tuple[float, float, str]:
 
 
 def libreoffice_seconds(path: Path, work: Path) -> float | None:
-    from workbook_builder.libreoffice import convert, soffice_path
+    from workbook_builder.engines.libreoffice import convert, soffice_path
 
     if soffice_path() is None:
         return None

@@ -229,8 +229,8 @@ class Ssm(Kind):
 def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int = 4):
     """Formula cells of an ssm workbook and of an attention workbook (d_model = d_k = D) of
     the same length, counted in workbooks built as `build` writes them."""
-    from workbook_builder.book import build_workbook
-    from workbook_builder.build import count_formula_cells
+    from workbook_builder.book.workbook import build_workbook
+    from workbook_builder.book.files import count_formula_cells
     from workbook_builder.sheet.kind import complete_inputs, get_kind, make_params
 
     rows = []

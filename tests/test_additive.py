@@ -8,7 +8,8 @@ from conftest import build, requires_torch, run_cli
 from test_positional import assert_steps_are_formulas
 
 from reference.additive import additive_ref
-from workbook_builder.check import check_workbook, format_report
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.cli.printing import format_report
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import load_kinds
 

@@ -6,7 +6,8 @@ import openpyxl
 import pytest
 from conftest import build
 
-from workbook_builder.check import check_workbook, find_name
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import load_kinds
@@ -28,8 +29,8 @@ def test_edited_inputs_are_checked_from_what_the_file_holds(tmp_path, layout):
     report = check_workbook(path)
     assert report.passed
     # the reference really used the edited inputs, the typed formula evaluated
-    from workbook_builder.check import read_inputs
-    from workbook_builder.evaluate import evaluate_with_formulas
+    from workbook_builder.checking.check import read_inputs
+    from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 
     kind = load_kinds()["multihead"]
     params = make_params(kind, report.params)
@@ -96,7 +97,7 @@ def test_check_values_equal_the_reference_of_the_edited_inputs(tmp_path):
         for j in range(2):
             _cell(wb, "X", i, j).value = new_x[i, j]
     wb.save(path)
-    from workbook_builder.evaluate import evaluate_with_formulas
+    from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 
     values = evaluate_with_formulas(path)
     where = find_name(wb, "OUTPUT", path)

@@ -1,22 +1,24 @@
-"""The command line as a user runs it: a new process, its exit code and what it prints."""
+"""The command line as a user runs it: its exit code and what it prints (in-process through
+`main(argv)`, and as a new process where the process itself matters)."""
 
 import json
+import os
+import pty
+import shutil
+import sys
 import zipfile
 
 import openpyxl
 import pytest
-from conftest import build, run_cli
+from conftest import build, cli, one_line_error, run_cli
 
-
-def one_line_error(result) -> str:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
+import workbook_builder.cli.main
+import workbook_builder.demo
+from workbook_builder.checking.names import find_name
 
 
 def test_list_shows_every_kind_with_a_description():
-    result = run_cli("list")
+    result = cli("list")
     assert result.returncode == 0
     names = [line.split()[0] for line in result.stdout.splitlines()]
     assert {"attention", "multihead"} <= set(names)
@@ -46,22 +48,20 @@ def test_build_then_check_round_trip_with_tokens_and_json_inputs(tmp_path):
 def test_csv_input_and_seed(tmp_path):
     (tmp_path / "x.csv").write_text("0.5,1\n2,-1\n")
     out = tmp_path / "a.xlsx"
-    result = run_cli("build", "multihead", "-o", out, "--inputs", f"X={tmp_path / 'x.csv'}",
-                     "--heads", "1", "--seed", "3")
+    result = cli("build", "multihead", "-o", out, "--inputs", f"X={tmp_path / 'x.csv'}",
+                 "--heads", "1", "--seed", "3")
     assert result.returncode == 0, result.stderr
-    assert run_cli("check", out).returncode == 0
+    assert cli("check", out).returncode == 0
 
 
 def test_check_reports_a_mismatch_with_exit_1_and_names_the_step(tmp_path):
     path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
     wb = openpyxl.load_workbook(path)
-    from workbook_builder.check import find_name
-
     where = find_name(wb, "WEIGHTS", path)
     cell = wb[where.sheet].cell(where.top + 2, where.left + 1)
     cell.value = "=0.5"
     wb.save(path)
-    result = run_cli("check", path)
+    result = cli("check", path)
     assert result.returncode == 1
     assert "FAILED: 2 of 10 steps; first: WEIGHTS" in result.stdout  # WEIGHTS and OUTPUT
     assert f"Attention!{cell.coordinate}" in result.stdout
@@ -105,7 +105,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle)
     del wb.defined_names["SCALED"]
     wb.save(nameless)
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = run_cli(*[a.format(tmp=tmp_path) for a in args])
+    result = cli(*[a.format(tmp=tmp_path) for a in args])
     assert needle in one_line_error(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
@@ -113,10 +113,10 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle)
 def test_existing_output_is_kept_unless_force(tmp_path):
     out = tmp_path / "a.xlsx"
     out.write_bytes(b"my own notes")
-    result = run_cli("build", "attention", "-o", out)
+    result = cli("build", "attention", "-o", out)
     assert "already exists; pass --force" in one_line_error(result)
     assert out.read_bytes() == b"my own notes"
-    assert run_cli("build", "attention", "-o", out, "--force").returncode == 0
+    assert cli("build", "attention", "-o", out, "--force").returncode == 0
     assert zipfile.is_zipfile(out)
 
 
@@ -125,30 +125,35 @@ def test_python_dash_m_and_help_work():
     assert result.returncode == 0 and "--kv-heads" in result.stdout
 
 
-def test_demo_builds_checks_and_reruns_without_losing_edits(tmp_path):
+def test_demo_builds_and_checks_every_kind_in_both_layouts(demo):
+    assert "all checks pass" in demo.stdout
+    kinds_built = {b.name.rsplit("_", 1)[0] for b in demo.books}
+    for name, kind in workbook_builder.demo.load_kinds().items():
+        for stem, _ in kind.demo_cases:
+            assert stem in kinds_built, name
+    assert len(demo.books) == len(workbook_builder.demo.demo_plan())
+    assert all(f"{b}" in demo.stdout for b in demo.books)
+
+
+def test_demo_reruns_without_losing_edits(demo, tmp_path, monkeypatch):
     out = tmp_path / "demo"
-    first = run_cli("demo", "--out", out)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "all checks pass" in first.stdout
-    books = sorted(out.glob("*.xlsx"))
-    assert any("attention" in b.name for b in books) and any("blocks" in b.name for b in books)
-    again = run_cli("demo", "--out", out)  # unchanged files may be rebuilt
-    assert again.returncode == 0
-    edited = books[0]
+    shutil.copytree(demo.out, out)
+    plan = workbook_builder.demo.demo_plan()[:2]  # the rule, on two of the workbooks
+    monkeypatch.setattr(workbook_builder.demo, "demo_plan", lambda: plan)
+    monkeypatch.setattr(workbook_builder.cli.main, "demo_plan", lambda: plan)
+    assert cli("demo", "--out", out).returncode == 0  # unchanged files may be rebuilt
+    edited = out / plan[0][0]
     wb = openpyxl.load_workbook(edited)
     wb.active["A2"] = "my lesson notes"
     wb.save(edited)
-    refused = run_cli("demo", "--out", out)
+    refused = cli("demo", "--out", out)
     assert edited.name in one_line_error(refused)
     assert openpyxl.load_workbook(edited).active["A2"].value == "my lesson notes"
+    assert cli("demo", "--out", out, "--force").returncode == 0
 
 
 def _run_on_terminal(*args: str) -> bytes:
     """The CLI with a pseudo-terminal as its stdout and stderr, as a user sees it."""
-    import os
-    import pty
-    import sys
-
     pid, fd = pty.fork()
     if pid == 0:  # the child: becomes the CLI
         os.execv(sys.executable, [sys.executable, "-m", "workbook_builder", *args])

@@ -1,14 +1,16 @@
 """The fast loader (the workbook handed to `formulas` through `ExcelModel.from_dict`, input
 blocks as one range each, a cheaper range intersection) gives exactly the values of the
-engine's own loader, `ExcelModel().loads(file).finish()`."""
+engine's own loader, `ExcelModel().loads(file).finish()`; and every shortcut through a
+library's internals gives what the library's public path gives."""
 
-import formulas
 import openpyxl
 import pytest
 from conftest import KINDS, build
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.evaluate import FormulasModel, _quiet_engine, _solution_values
+from workbook_builder.checking.names import find_name
+from workbook_builder.engines import thirdparty
+from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values
 from workbook_builder.sheet.refs import parse_range
 
 CASES = [(name, "cells") for name in sorted(KINDS)] + [("multihead", "blocks"),
@@ -32,8 +34,12 @@ def formula_cells(path):
 def test_fast_loader_equals_the_engines_own_loader(tmp_path, kind_name, layout):
     path = build(tmp_path, kind_name, KINDS[kind_name].test_cases[-1], layout=layout)
     fast = FormulasModel(path).evaluate()
-    with _quiet_engine():
-        own = _solution_values(formulas.ExcelModel().loads(str(path)).finish().calculate())
+    with _quiet_numpy():
+        engine = thirdparty.formulas_engine(shortcuts=False)  # the engine as released
+        try:
+            own = _solution_values(engine.ExcelModel().loads(str(path)).finish().calculate())
+        finally:
+            thirdparty.formulas_engine()
     cells = list(formula_cells(path))
     assert cells
     differ = [(c, fast.get(c), own.get(c)) for c in cells if fast.get(c) != own.get(c)]
@@ -46,8 +52,6 @@ def test_a_compiled_model_follows_new_inputs(tmp_path):
     first = build(tmp_path, "attention", params, seed=1, name="one.xlsx")
     second = build(tmp_path, "attention", params, seed=2, name="two.xlsx")
     wb = openpyxl.load_workbook(second)
-    from workbook_builder.check import find_name
-
     inputs = {}
     for name in ("X", "W_Q", "W_K", "W_V"):
         where = find_name(wb, name, second)
@@ -59,3 +63,36 @@ def test_a_compiled_model_follows_new_inputs(tmp_path):
     fresh = FormulasModel(second).evaluate()
     for cell in formula_cells(second):
         assert reused[cell] == pytest.approx(fresh[cell], rel=1e-15, abs=1e-15)
+
+
+@pytest.mark.parametrize("layout", ["cells", "blocks"])
+def test_every_shortcut_equals_the_public_path(tmp_path, layout):
+    """openpyxl's stored cells and style records, and the engine's range assembly: with the
+    shortcuts and without them, the same workbook and the same values."""
+    path = build(tmp_path, "multihead", KINDS["multihead"].test_cases[-1], layout=layout)
+    wb = openpyxl.load_workbook(path)
+    for ws in wb.worksheets:
+        fast, public = ({c.coordinate: c.value for c in thirdparty.stored_cells(ws, shortcuts=s)
+                         if c.value is not None} for s in (True, False))
+        assert fast == public and fast
+    ws = wb.worksheets[0]
+    source = ws.cell(9, 2)
+    for shortcuts, target in ((True, ws.cell(60, 60)), (False, ws.cell(61, 61))):
+        thirdparty.copy_style(source, target, shortcuts=shortcuts)
+        assert [repr(getattr(target, a)) for a in ("fill", "font", "border", "number_format")] \
+            == [repr(getattr(source, a)) for a in ("fill", "font", "border", "number_format")]
+    fast = FormulasModel(path).evaluate()
+    thirdparty.formulas_engine(shortcuts=False)
+    try:
+        public = FormulasModel(path).evaluate()
+    finally:
+        thirdparty.formulas_engine()
+    assert fast == public
+
+
+def test_shortcuts_are_taken_only_for_the_versions_they_were_written_for():
+    from importlib.metadata import version
+
+    assert thirdparty.OPENPYXL_SHORTCUTS == version("openpyxl").startswith("3.1.")
+    assert thirdparty.FORMULAS_SHORTCUTS == version("formulas").startswith("1.3.")
+    assert thirdparty._within("openpyxl", "0.1", "0.2") is False

@@ -5,7 +5,8 @@ import openpyxl
 import pytest
 from conftest import ALL_CASES, KINDS, build
 
-from workbook_builder.check import check_workbook, format_report
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.cli.printing import format_report
 from workbook_builder.sheet.layout import LAYOUTS
 
 

@@ -11,12 +11,14 @@ import openpyxl
 import pytest
 from conftest import build, requires_libreoffice, run_cli
 
-from workbook_builder.build import write_workbook
-from workbook_builder.cached_values import store_values
-from workbook_builder.check import check_workbook, find_name, format_report
+from workbook_builder.book.files import write_workbook
+from workbook_builder.engines.cached_values import store_values
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.checking.names import find_name
+from workbook_builder.cli.printing import format_report
 from workbook_builder.demo import demo_plan
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.libreoffice import convert, convert_many, read_values
+from workbook_builder.engines.libreoffice import convert, convert_many, read_values
 
 ERROR_VALUE = re.compile(r"^(#(NAME\?|VALUE!|REF!|DIV/0!|NUM!|N/A|NULL!)|Err:\d+)")
 

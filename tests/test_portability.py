@@ -10,8 +10,9 @@ import pytest
 from conftest import run_cli
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.build import write_workbook
-from workbook_builder.check import check_workbook, find_name
+from workbook_builder.book.files import write_workbook
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan
 from workbook_builder.sheet.kind import make_params
 
@@ -102,8 +103,8 @@ def test_fresh_workbooks_carry_their_evaluated_values(demo_books):
     for path in demo_books:
         report = check_workbook(path)
         wb = openpyxl.load_workbook(path, data_only=True)
-        from workbook_builder.book import read_spec, spec_kind_params
-        from workbook_builder.check import read_inputs
+        from workbook_builder.book.workbook import read_spec, spec_kind_params
+        from workbook_builder.checking.check import read_inputs
 
         kind, params = spec_kind_params(read_spec(wb, path))
         expected = kind.reference(read_inputs(wb, kind, params, path, dict), params)

@@ -8,7 +8,9 @@ import pytest
 from conftest import build, requires_torch, run_cli
 
 from reference.positional import positional_ref, rope, rope_angles
-from workbook_builder.check import check_workbook, find_name, format_report
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.checking.names import find_name
+from workbook_builder.cli.printing import format_report
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import load_kinds
 from workbook_builder.sheet.refs import parse_range

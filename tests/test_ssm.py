@@ -11,8 +11,9 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from reference.ssm import selective_scan_ref, softplus, ssm_ref
 from sheets.ssm import formula_cell_growth
-from workbook_builder.build import resolve_params
-from workbook_builder.check import check_workbook, format_report
+from workbook_builder.book.files import resolve_params
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.cli.printing import format_report
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
 
@@ -186,7 +187,7 @@ def test_softplus_branches_in_the_sheet(tmp_path):
     assert report.passed, format_report(report)
     wb = openpyxl.load_workbook(path)
     kind_params = params(3, 2, 2, gate=False)
-    from workbook_builder.check import read_inputs
+    from workbook_builder.checking.check import read_inputs
 
     pre = ssm_ref(read_inputs(wb, SSM, kind_params, path, dict), kind_params)["DELTA_PRE"]
     assert (pre[:, 0] > 20).all() and (pre[:, 1] < -37).all()
@@ -263,7 +264,7 @@ def test_cli_build_check_and_bad_input(tmp_path):
 
 @pytest.mark.parametrize("args", [["--seq-len", "-2"], ["--d-model", "two"]])
 def test_cli_bad_sizes_in_process(tmp_path, capsys, args):
-    from workbook_builder.cli import main
+    from workbook_builder.cli.main import main
 
     try:
         code = main(["build", "ssm", *args, "-o", str(tmp_path / "x.xlsx")])

@@ -12,12 +12,14 @@ import pytest
 from conftest import KINDS, requires_libreoffice, run_cli
 from test_cli import one_line_error
 
-from workbook_builder.book import build_workbook, read_spec
-from workbook_builder.build import write_workbook
-from workbook_builder.check import check_workbook, find_name, format_report
-from workbook_builder.evaluate import evaluate_with_formulas
-from workbook_builder.exercise import ExerciseSpec
-from workbook_builder.i18n import Catalog
+from workbook_builder.book.workbook import build_workbook, read_spec
+from workbook_builder.book.files import write_workbook
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.checking.names import find_name
+from workbook_builder.cli.printing import format_report
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.teaching.i18n import Catalog
 from workbook_builder.sheet.kind import complete_inputs, make_params
 
 # -- Chinese sheets --------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def test_self_check_counts_formulas_and_tolerance_but_not_text_blanks_or_errors(
 
 @requires_libreoffice
 def test_self_checks_work_in_libreoffice(tmp_path):
-    from workbook_builder.libreoffice import evaluate_with_libreoffice
+    from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 
     steps = ["WEIGHTS", "OUTPUT"]
     path, answers = exercise_book(tmp_path, "attention", {**ATTENTION, "causal": True}, steps)
@@ -360,7 +362,7 @@ def test_grade_a_class_with_a_broken_file(tmp_path):
 
 @requires_libreoffice
 def test_grade_reads_a_file_saved_by_libreoffice(tmp_path):
-    from workbook_builder.libreoffice import convert
+    from workbook_builder.engines.libreoffice import convert
 
     steps = ["WEIGHTS", "OUTPUT"]
     path, answers = exercise_book(tmp_path, "attention", ATTENTION, steps)

@@ -7,7 +7,7 @@ import re
 import openpyxl
 from conftest import run_cli
 
-from workbook_builder.reproduce import TUTORIALS
+from workbook_builder.teaching.reproduce import TUTORIALS
 
 
 def softmax(row):

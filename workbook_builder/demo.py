@@ -1,7 +1,8 @@
-"""`demo`: build every kind's demo workbooks in both layouts, then check each one.
+"""The demo: every kind's demo workbooks in both layouts, each built and then checked with the
+values its build computed (one evaluation per workbook).
 
 Re-running is safe: a file is replaced only if it is unchanged since the demo wrote it
-(its SHA-256 is recorded in DIR/.attnsheets-demo.json), or with --force.
+(its SHA-256 is recorded in DIR/.attnsheets-demo.json), or with `force`.
 """
 
 import hashlib
@@ -9,25 +10,32 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from workbook_builder.build import write_workbook
-from workbook_builder.check import check_workbook
+from workbook_builder.book.files import write_workbook
+from workbook_builder.checking.check import check_workbook
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.kind import Kind, make_params
 from workbook_builder.sheet.layout import LAYOUTS
-from workbook_builder.progress import Progress
+from workbook_builder.sheet.registry import load_kinds
 
 MANIFEST = ".attnsheets-demo.json"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+@dataclass(frozen=True)
+class DemoResult:
+    path: Path
+    formula_cells: int
+    passed: bool
+    steps: int
+    first_failure: str
+    seconds: float  # build and check
 
 
-def demo_plan() -> list[tuple[str, type, dict, str]]:
+def demo_plan() -> list[tuple[str, type[Kind], dict, str]]:
     """(file name, kind, parameters, layout) for every demo workbook."""
     plan = []
     for _, kind in sorted(load_kinds().items()):
@@ -37,7 +45,19 @@ def demo_plan() -> list[tuple[str, type, dict, str]]:
     return plan
 
 
-def run_demo(out: Path, force: bool, progress: Progress | None = None) -> bool:
+def build_and_check(kind_name: str, values: dict, layout: str, path: Path) -> DemoResult:
+    """Build one demo workbook and check it from the values its build computed."""
+    started = time.perf_counter()
+    kind = load_kinds()[kind_name]
+    built = write_workbook(kind, make_params(kind, values), path, layout=layout, force=True)
+    report = check_workbook(path, values=built.values, workbook=built.workbook)
+    failed = [s.name for s in report.steps if not s.passed]
+    return DemoResult(path, built.formula_cells, report.passed, len(report.steps),
+                      failed[0] if failed else "", time.perf_counter() - started)
+
+
+def run_demo(out: Path, force: bool, workers: int | None = None) -> Iterator[DemoResult]:
+    """Build and check every demo workbook, one process per core, in plan order."""
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
@@ -52,47 +72,23 @@ def run_demo(out: Path, force: bool, progress: Progress | None = None) -> bool:
         if path.exists() and not force and manifest.get(name) != _sha256(path):
             raise UserError(f"{path} exists and was not written by this demo unchanged; "
                             f"pass --force to replace it")
-    print(f"{'workbook':<44} {'formula cells':>13} {'steps':>6} {'check s':>8}  result")
-    progress = progress or Progress(quiet=True)
-    progress(f"building and checking {len(plan)} workbooks on {_workers()} cores")
-    all_passed = True
     # one workbook per task: the engine is single-threaded, so cores work side by side
-    with ProcessPoolExecutor(_workers()) as pool:
-        jobs = [pool.submit(_build_and_check, kind.name, values, layout, out / name)
+    with ProcessPoolExecutor(workers or demo_workers()) as pool:
+        jobs = [pool.submit(build_and_check, kind.name, values, layout, out / name)
                 for name, kind, values, layout in plan]
-        for number, ((name, *_), job) in enumerate(zip(plan, jobs, strict=True), start=1):
-            cells, passed, steps, first_failure, seconds = job.result()
+        for (name, *_), job in zip(plan, jobs, strict=True):
+            result = job.result()
             manifest[name] = _sha256(out / name)
             _save_manifest(manifest_path, manifest)
-            progress.clear()
-            all_passed &= passed
-            verdict = "pass" if passed else f"FAIL at {first_failure}"
-            print(f"{str(out / name):<44} {cells:>13} {steps:>6} {seconds:>8.2f}  {verdict}",
-                  flush=True)
-            progress(f"[{number}/{len(plan)}] done")
-    progress.clear()
-    print(f"{len(plan)} workbooks in {out}: " + ("all checks pass" if all_passed
-                                                 else "some checks FAILED"))
-    for _, kind in sorted(load_kinds().items()):
-        note = kind.demo_note()
-        if note:
-            print(f"\n{kind.name}: {note}")
-    return all_passed
+            yield result
 
 
-def _workers() -> int:
+def demo_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def _build_and_check(kind_name: str, values: dict, layout: str, path: Path):
-    """In a worker process: (formula cells, passed, steps, first failing step, check s)."""
-    kind = load_kinds()[kind_name]
-    cells = write_workbook(kind, make_params(kind, values), path, layout=layout, force=True)
-    started = time.perf_counter()
-    report = check_workbook(path)
-    failed = [s.name for s in report.steps if not s.passed]
-    return (cells, report.passed, len(report.steps), failed[0] if failed else "",
-            time.perf_counter() - started)
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _save_manifest(path: Path, manifest: dict) -> None:

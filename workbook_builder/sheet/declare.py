@@ -25,6 +25,7 @@ from typing import Any
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.refs import range_ref
 
+
 @dataclass(frozen=True)
 class Dim:
     """A size named after the parameter an input given by hand sets, with its value when

@@ -10,12 +10,14 @@ from pathlib import Path
 import numpy as np
 from openpyxl.styles import Font
 
-from workbook_builder.book import build_workbook, check_writable, save_atomic
-from workbook_builder.check import check_workbook, find_name
+from workbook_builder.book.files import check_writable, save_atomic
+from workbook_builder.book.workbook import build_workbook
+from workbook_builder.checking.check import CheckReport, check_workbook
+from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import get_kind
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
+from workbook_builder.sheet.registry import get_kind
 
 AGREE_WITHIN = 0.0005  # printed to 3 decimals
 
@@ -83,39 +85,30 @@ class Row:
         return self.live is not None and abs(self.live - self.printed) <= AGREE_WITHIN
 
 
-def run_reproduce(name: str, out: Path, force: bool) -> bool:
+@dataclass(frozen=True)
+class ExampleResult:
+    example: Example
+    path: Path
+    report: CheckReport
+    rows: list[Row]
+
+
+def reproduce(name: str, out: Path, force: bool) -> list[ExampleResult]:
+    """Write each example's workbook (with its Tutorial sheet) and check it; the values the
+    build computed are the ones checked."""
     tutorial = TUTORIALS[name]
-    if not out.is_dir():
-        raise UserError(f"{out}: no such folder (create it first)")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file, not a folder")
+    out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{ex.file_stem}.xlsx" for ex in tutorial.examples]
     for path in paths:
         check_writable(path, force)
-    print(f"Tutorial: {tutorial.source}")
-    all_checks_pass, differing = True, []
+    results = []
     for example, path in zip(tutorial.examples, paths, strict=True):
-        rows = _write_example(tutorial, example, path)
-        report = check_workbook(path)
-        all_checks_pass &= report.passed
-        print(f"\n{path} ({example.kind}; workbook check: "
-              f"{'all steps pass' if report.passed else 'FAILED'})")
-        if example.note:
-            print(f"  {example.note}")
-        print(f"  {'step':<11} {'query':<5} {'col':>3} {'printed':>8} {'spreadsheet':>11}  "
-              f"verdict")
-        for row in rows:
-            live = "missing" if row.live is None else f"{row.live:.4f}"
-            verdict = "agree" if row.agrees else "DIFFERS"
-            print(f"  {row.step:<11} {row.query:<5} {row.column:>3} {row.printed:>8.3f} "
-                  f"{live:>11}  {verdict}")
-        differing += [(example, row) for row in rows if not row.agrees]
-    total = sum(len(_printed_cells(ex)) for ex in tutorial.examples)
-    print(f"\n{len(differing)} of {total} printed numbers differ from what the tutorial's own "
-          f"formula gives:")
-    for example, row in differing:
-        live = "missing" if row.live is None else f"{row.live:.3f}"
-        print(f"  {example.kind} {row.step} row {row.query} col {row.column}: "
-              f"printed {row.printed:.3f}, correct {live}")
-    return all_checks_pass
+        wb, values, rows = _write_example(tutorial, example, path)
+        report = check_workbook(path, values=values, workbook=wb)
+        results.append(ExampleResult(example, path, report, rows))
+    return results
 
 
 def _printed_cells(example: Example) -> list[tuple[str, int, int, float]]:
@@ -123,7 +116,7 @@ def _printed_cells(example: Example) -> list[tuple[str, int, int, float]]:
             for i, row in enumerate(matrix) for j, value in enumerate(row)]
 
 
-def _write_example(tutorial: Tutorial, example: Example, path: Path) -> list[Row]:
+def _write_example(tutorial: Tutorial, example: Example, path: Path):
     kind = get_kind(example.kind)
     params = make_params(kind, example.params)
     inputs = {k: np.asarray(v, dtype=float) for k, v in example.inputs.items()}
@@ -156,4 +149,4 @@ def _write_example(tutorial: Tutorial, example: Example, path: Path) -> list[Row
         live = values.get(("TUTORIAL", r, 5))
         live = float(live) if isinstance(live, int | float) else None
         rows.append(Row(step, tutorial.tokens[i], j + 1, printed, f"Tutorial!E{r}", live))
-    return rows
+    return wb, values, rows

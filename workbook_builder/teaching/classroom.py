@@ -18,14 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from workbook_builder.book import build_workbook
-from workbook_builder.cached_values import store_values
-from workbook_builder.check import NamedRange, compare_block
+from workbook_builder.book.workbook import build_workbook
+from workbook_builder.checking.check import compare_block
+from workbook_builder.checking.names import NamedRange
+from workbook_builder.engines.cached_values import store_values
+from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.errors import UserError
-from workbook_builder.evaluate import FormulasModel
-from workbook_builder.exercise import KEY_SHEET, ExerciseSpec, validate_steps
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.refs import parse_cell, parse_range
+from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
 
 ID_COLUMNS = ("id", "student_id", "student id", "student", "学号")
 NAME_COLUMNS = ("name", "姓名")
@@ -164,10 +165,19 @@ def _verify(wb, kind, params, inputs, values, exercise: ExerciseSpec | None) -> 
     return problems
 
 
+@dataclass(frozen=True)
+class ClassResult:
+    out: Path
+    students: int
+    problems: list[str]  # blocks that did not equal the reference (none, if all is well)
+    seconds: float
+
+
 def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: ExerciseSpec,
               layout: str = "cells", lang: str = "en", tokens: list[str] | None = None,
-              class_seed: int = 0, force: bool = False, id_column: str | None = None) -> bool:
-    """Write every student's exercise and key, and the manifest; True if all verified."""
+              class_seed: int = 0, force: bool = False,
+              id_column: str | None = None) -> "ClassResult":
+    """Write every student's exercise and key, and the manifest, verifying each."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
     validate_steps(kind, params, exercise)
@@ -199,17 +209,7 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
                              "file": exercise_path.name, "key_file": key_path.name,
                              "seed": seed})
     _write_manifest(out / MANIFEST, manifest)
-    seconds = time.perf_counter() - started
-    print(f"wrote {len(plan)} exercise workbooks, {len(plan)} answer keys and {MANIFEST} to "
-          f"{out} ({kind.name}, {kind.describe(params)}, exercise "
-          f"{','.join(exercise.steps)}, {seconds:.1f} s)")
-    if problems:
-        print(f"VERIFICATION FAILED for {len(problems)} block(s); first: {problems[0]}")
-        return False
-    keys = "every answer key" + (" and every hidden self-check key" if exercise.self_check
-                                 else "")
-    print(f"verified: {keys} equals the NumPy reference for that student's inputs")
-    return True
+    return ClassResult(out, len(plan), problems, time.perf_counter() - started)
 
 
 def _write_manifest(path: Path, rows: list[dict]) -> None:

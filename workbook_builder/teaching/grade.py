@@ -12,7 +12,6 @@ carried forward into OUTPUT, matching the in-sheet self-check.
 import csv
 import math
 import os
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,12 @@ import numpy as np
 import openpyxl
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.book import open_workbook, read_spec, spec_kind_params
-from workbook_builder.check import find_name, read_inputs
+from workbook_builder.book.files import open_workbook
+from workbook_builder.book.workbook import read_spec, spec_kind_params
+from workbook_builder.checking.check import read_inputs
+from workbook_builder.checking.names import find_name
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.refs import parse_range
 
@@ -87,8 +90,6 @@ def _grade(path: Path, grade: Grade) -> None:
 
     def evaluated() -> dict:
         if not engine:
-            from workbook_builder.evaluate import evaluate_with_formulas
-
             engine.append(evaluate_with_formulas(path))
         return engine[0]
 
@@ -121,12 +122,8 @@ def _grade(path: Path, grade: Grade) -> None:
 
 def _saved_or_evaluated(saved, evaluated) -> dict:
     """Values of formula cells in the inputs: as saved, else as the engine computes them."""
-    values = {}
-    for ws in saved.worksheets:
-        for row in ws.iter_rows():
-            for cell in row:
-                if cell.value is not None:
-                    values[(ws.title.upper(), cell.row, cell.column)] = cell.value
+    values = {(ws.title.upper(), cell.row, cell.column): cell.value
+              for ws in saved.worksheets for cell in stored_cells(ws) if cell.value is not None}
     return _Fallback(values, evaluated)
 
 
@@ -142,12 +139,10 @@ class _Fallback(dict):
 
 def _array_members(ws) -> set[tuple[int, int]]:
     cells = set()
-    for row in ws.iter_rows():
-        for cell in row:
-            if isinstance(cell.value, ArrayFormula):
-                top, left, bottom, right = parse_range(cell.value.ref)
-                cells |= {(r, c) for r in range(top, bottom + 1)
-                          for c in range(left, right + 1)}
+    for cell in stored_cells(ws):
+        if isinstance(cell.value, ArrayFormula):
+            top, left, bottom, right = parse_range(cell.value.ref)
+            cells |= {(r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)}
     return cells
 
 
@@ -185,29 +180,13 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def run_grade(paths: list[Path], out: Path | None, force: bool) -> bool:
-    """Grade every file; True if every file could be graded."""
+def grade_all(paths: list[Path], out: Path | None, force: bool) -> list[Grade]:
+    """Grade every file (a file that cannot be graded gets a row with its problem), and
+    write the CSV when asked."""
     files = collect_files(paths)
     if out is not None and out.exists() and not force:  # refuse before the work
         raise UserError(f"{out} already exists; pass --force to replace it")
     grades = [grade_file(path) for path in files]
-    width = max(len(g.student) for g in grades)
-    for g in grades:
-        if g.problem:
-            print(f"attnsheets: {g.problem}", file=sys.stderr)
-            print(f"{g.student:<{width}}  NOT GRADED ({g.problem})")
-        else:
-            steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
-            print(f"{g.student:<{width}}  {g.correct}/{g.total} "
-                  f"({100 * g.correct / g.total:.0f}%)  {steps}")
-    graded = [g for g in grades if not g.problem]
-    scores = [100 * g.correct / g.total for g in graded if g.total]
-    summary = f"graded {len(graded)} of {len(grades)} files"
-    if scores:
-        summary += (f"; mean score {np.mean(scores):.1f}%, full marks "
-                    f"{sum(g.correct == g.total for g in graded)}")
     if out is not None:
         write_grades(grades, out, force)
-        summary += f"; wrote {out}"
-    print(summary)
-    return len(graded) == len(grades)
+    return grades

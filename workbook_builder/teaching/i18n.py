@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from openpyxl.comments import Comment
 from openpyxl.workbook.workbook import Workbook
 
+from workbook_builder.engines.thirdparty import stored_cells
+
 LANGS = ("en", "zh")
 
 Table = Mapping[str, Mapping[str, str]]  # lang -> {English: translation}
@@ -124,11 +126,10 @@ def translate_sheets(wb: Workbook, tr: Catalog, skip: Iterable[str] = ()) -> Non
     for ws in wb.worksheets:
         if ws.title in skip:
             continue
-        for row in ws.iter_rows():
-            for cell in row:
-                if isinstance(cell.value, str) and not cell.value.startswith("="):
-                    cell.value = tr(cell.value)
-                if cell.comment is not None:
-                    old = cell.comment
-                    cell.comment = Comment(tr(old.text), old.author, width=old.width,
-                                           height=old.height)
+        for cell in stored_cells(ws):
+            if isinstance(cell.value, str) and not cell.value.startswith("="):
+                cell.value = tr(cell.value)
+            if cell.comment is not None:
+                old = cell.comment
+                cell.comment = Comment(tr(old.text), old.author, width=old.width,
+                                       height=old.height)

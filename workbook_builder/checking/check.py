@@ -6,6 +6,7 @@ workbook's own formulas. Every named step block is compared cell by cell.
 """
 
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -15,37 +16,21 @@ from typing import Any
 import numpy as np
 from openpyxl.workbook.workbook import Workbook
 
-from workbook_builder.book import open_workbook, read_spec, spec_kind_params
+from workbook_builder.book.files import open_workbook
+from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
+from workbook_builder.checking.names import NamedRange, find_name
+from workbook_builder.engines.formulas_engine import CellValues, evaluate_with_formulas
+from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.errors import UserError
-from workbook_builder.evaluate import CellValues, evaluate_with_formulas
-from workbook_builder.libreoffice import evaluate_with_libreoffice
-from workbook_builder.progress import silent
-from workbook_builder.sheet.refs import cell_ref, parse_range
+from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
 # wrong formula is off by far more than this bound.
 RELATIVE_TOLERANCE = 1e-9
 
-Engine = Callable[[Path, Workbook], CellValues]  # the file, and it loaded by openpyxl
+Engine = Callable[[Path, Workbook | None], CellValues]  # the file, and it loaded (if at hand)
 ENGINES: dict[str, Engine] = {"formulas": evaluate_with_formulas,
                               "libreoffice": evaluate_with_libreoffice}
-
-
-@dataclass(frozen=True)
-class NamedRange:
-    name: str
-    sheet: str
-    top: int
-    left: int
-    bottom: int
-    right: int
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.bottom - self.top + 1, self.right - self.left + 1
-
-    def address(self, i: int, j: int) -> str:
-        return f"{self.sheet}!{cell_ref(self.top + i, self.left + j)}"
 
 
 @dataclass
@@ -77,21 +62,6 @@ class CheckReport:
         data = asdict(self)
         data["passed"] = self.passed
         return data
-
-
-def find_name(wb: Workbook, name: str, path: Path) -> NamedRange:
-    """The single rectangle a workbook-level defined name points at."""
-    defined = wb.defined_names.get(name)
-    if defined is None:
-        raise UserError(f"{path} lacks the defined name {name}; it is not an attnsheets "
-                        f"workbook of this kind, or the name was deleted")
-    destinations = list(defined.destinations)
-    if len(destinations) != 1:
-        raise UserError(f"{path}: defined name {name} does not point at one range")
-    sheet, ref = destinations[0]
-    if sheet not in wb.sheetnames:
-        raise UserError(f"{path}: defined name {name} points at a missing sheet {sheet!r}")
-    return NamedRange(name, sheet, *parse_range(ref.replace("$", "")))
 
 
 def read_inputs(wb: Workbook, kind, params, path: Path,
@@ -159,21 +129,24 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues) -
                       passed, problem)
 
 
-def check_workbook(path: Path, engine: str = "formulas",
-                   values: CellValues | None = None,
-                   progress: Callable[[str], None] = silent) -> CheckReport:
-    """`values` are the engine's results when they were computed already (e.g. many files
-    recalculated by one LibreOffice run); `progress` hears what is being done."""
+def _silent(message: str) -> None:
+    """The progress callback of calls nobody watches."""
+
+
+def check_workbook(path: Path, engine: str = "formulas", values: CellValues | None = None,
+                   progress: Callable[[str], None] = _silent,
+                   workbook: Workbook | None = None) -> CheckReport:
+    """Check one file. `values` are the engine's results when they were computed already
+    (by the build that wrote the file, or by one LibreOffice run over many files), and
+    `workbook` the file as openpyxl loaded it; `progress` hears what is being done."""
     started = time.perf_counter()
     progress(f"reading {path.name}")
-    wb = open_workbook(path)
+    wb = open_workbook(path) if workbook is None else workbook
     spec = read_spec(wb, path)
     kind, params = spec_kind_params(spec)
-    if spec.exercise is not None:  # blank steps: checked with the right answers typed in
-        from workbook_builder.exercise import check_exercise
-
-        return check_exercise(path, wb, spec, kind, params, engine, started)
     evaluate = ENGINES[engine]
+    if spec.exercise is not None:  # blank steps: checked with the right answers typed in
+        return _check_exercise(path, wb, spec, kind, params, evaluate, engine, started)
     cache: list[CellValues] = [] if values is None else [values]
 
     def evaluated() -> CellValues:
@@ -194,52 +167,35 @@ def check_workbook(path: Path, engine: str = "formulas",
     return report
 
 
-def format_report(report: CheckReport) -> str:
-    lines = [f"{report.path}: kind {report.kind}, layout {report.layout}, "
-             f"engine {report.engine}"]
-    width = max(len(step.name) for step in report.steps)
-    lines.append(f"  {'step':<{width}}  {'cells':>6}  {'max |error|':>11}  "
-                 f"{'worst cell':<20}  result")
-    for step in report.steps:
-        error = "-" if step.max_abs_error is None else f"{step.max_abs_error:.2e}"
-        verdict = "pass" if step.passed else "FAIL" + (f" ({step.problem})" if step.problem
-                                                       else f" (> {step.tolerance:.0e})")
-        lines.append(f"  {step.name:<{width}}  {step.cells:>6}  {error:>11}  "
-                     f"{step.worst_cell:<20}  {verdict}")
-    failed = [step.name for step in report.steps if not step.passed]
-    if failed:
-        lines.append(f"  FAILED: {len(failed)} of {len(report.steps)} steps; first: "
-                     f"{failed[0]} ({report.seconds:.1f} s)")
-    else:
-        lines.append(f"  all {len(report.steps)} steps pass ({report.seconds:.1f} s)")
-    return "\n".join(lines)
-
-
-def format_side_by_side(reports: list[CheckReport]) -> str:
-    """One file checked by several engines: one row per step, one error column each."""
-    first = reports[0]
-    width = max(len(step.name) for step in first.steps)
-    engines = [r.engine for r in reports]
-    lines = [f"{first.path}: kind {first.kind}, layout {first.layout}, engines "
-             f"{' + '.join(engines)}",
-             f"  {'step':<{width}}  {'cells':>6}  "
-             + "  ".join(f"{e + ' max|err|':>22}" for e in engines) + "  result"]
-    for i, step in enumerate(first.steps):
-        row = [r.steps[i] for r in reports]
-        errors = []
-        for result in row:
-            shown = "-" if result.max_abs_error is None else f"{result.max_abs_error:.2e}"
-            if result.problem:
-                shown = "FAIL"
-            elif not result.passed:
-                shown += " FAIL"
-            errors.append(f"{shown:>22}")
-        verdict = "pass" if all(r.passed for r in row) else "FAIL" + "".join(
-            f" ({r.engine}: {res.problem or res.worst_cell})"
-            for r, res in zip(reports, row, strict=True) if not res.passed)
-        lines.append(f"  {step.name:<{width}}  {step.cells:>6}  " + "  ".join(errors)
-                     + f"  {verdict}")
-    timing = ", ".join(f"{r.engine} {r.seconds:.1f} s" for r in reports)
-    passed = all(r.passed for r in reports)
-    lines.append(f"  {'all steps pass in every engine' if passed else 'FAILED'} ({timing})")
-    return "\n".join(lines)
+def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, evaluate: Engine,
+                    engine: str, started: float) -> CheckReport:
+    """`check` for an exercise workbook: is it a correct exercise? In a copy with the right
+    answers typed into the exercise cells, every other visible step must equal the
+    reference (so later steps really work from the student's entries), every block of the
+    hidden key must equal it (so the self-check compares with right answers), and every
+    CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
+    exercise: ExerciseSpec = spec.exercise
+    inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path, wb))
+    expected = {name: np.asarray(block, float)
+                for name, block in kind.reference(inputs, params).items()}
+    places = {name: find_name(wb, name, path) for name in expected}
+    with tempfile.TemporaryDirectory(prefix="attnsheets-check-") as tmp:
+        filled = Path(tmp) / path.name
+        filled_copy(path, filled, exercise, expected)
+        values = evaluate(filled, None)
+    report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
+    for name, block in expected.items():
+        if name not in exercise.steps:
+            report.steps.append(compare_block(places[name], block, values))
+    if exercise.self_check:
+        if KEY_SHEET not in wb.sheetnames:
+            raise UserError(f"{path}: the hidden {KEY_SHEET} sheet of its self-checks is "
+                            f"missing")
+        for name, block in expected.items():
+            report.steps.append(compare_block(key_range(places[name]), block, values))
+        for step in exercise.steps:
+            where = find_name(wb, f"CHECK_{step}", path)
+            report.steps.append(compare_block(where, np.array([[expected[step].size]], float),
+                                              values))
+    report.seconds = time.perf_counter() - started
+    return report

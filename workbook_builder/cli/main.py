@@ -1,15 +1,37 @@
-"""The `attnsheets` command line: list, build, check, demo, reproduce."""
+"""The `attnsheets` command line: list, build, check, pdf, demo, reproduce, class, grade."""
 
 import argparse
-import dataclasses
 import json
 import sys
-import types
 from pathlib import Path
 
+from workbook_builder import __version__
+from workbook_builder.book.files import open_workbook, parse_tokens, resolve_params, write_workbook
+from workbook_builder.book.inputs import load_inputs
+from workbook_builder.book.workbook import read_spec
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.cli.params import add_param_flags, explicit_params
+from workbook_builder.cli.printing import (
+    format_report,
+    format_reproduction,
+    format_side_by_side,
+)
+from workbook_builder.cli.progress import Progress
+from workbook_builder.cli.teaching import (
+    add_commands as add_teaching_commands,
+)
+from workbook_builder.cli.teaching import (
+    add_edition_flags,
+    cmd_class,
+    cmd_grade,
+    exercise_from_args,
+)
+from workbook_builder.demo import demo_plan, demo_workers, run_demo
+from workbook_builder.engines.libreoffice import export_pdf
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.layout import LAYOUTS
-from workbook_builder.progress import Progress
+from workbook_builder.sheet.registry import get_kind, load_kinds
+from workbook_builder.teaching.reproduce import TUTORIALS, reproduce
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
@@ -21,31 +43,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
-    """One flag per Params field: seq_len -> --seq-len; bools are switches."""
-    for f in dataclasses.fields(params_class):
-        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
-        help_text = f.metadata.get("help", "")
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if f.type is bool:
-            parser.add_argument(flag, dest=f.name, action="store_true",
-                                default=argparse.SUPPRESS, help=help_text)
-            continue
-        base = f.type
-        if isinstance(base, types.UnionType):  # e.g. int | None
-            base = next(t for t in base.__args__ if t is not type(None))
-        choices = f.metadata.get("choices")
-        parser.add_argument(flag, dest=f.name, type=base, choices=choices,
-                            default=argparse.SUPPRESS, metavar=f.metadata.get("metavar"),
-                            help=f"{help_text} (default {default})")
-
-
 def _parser() -> Parser:
-    from workbook_builder import __version__
-    from workbook_builder.sheet.registry import load_kinds
-    from workbook_builder.teaching_cli import add_commands as add_teaching_commands
-    from workbook_builder.teaching_cli import add_edition_flags
-
     parser = Parser(prog="attnsheets", description="Excel workbooks in which every step of "
                     "attention is a live formula, checked cell by cell against NumPy.")
     parser.add_argument("--version", action="version", version=f"attnsheets {__version__}")
@@ -60,7 +58,7 @@ def _parser() -> Parser:
         sub = kinds.add_parser(name, help=kind.summary, description=kind.summary)
         sub.add_argument("-o", "--output", required=True, type=Path, metavar="FILE",
                          help="the .xlsx file to write")
-        _add_param_flags(sub, kind.Params)
+        add_param_flags(sub, kind.Params)
         sub.add_argument("--seed", type=int, default=0,
                          help="seed for inputs not given with --inputs (default 0)")
         sub.add_argument("--inputs", action="append", default=[], metavar="FILE",
@@ -100,21 +98,17 @@ def _parser() -> Parser:
     demo.add_argument("-q", "--quiet", action="store_true",
                       help="no progress line on the terminal")
 
-    reproduce = commands.add_parser("reproduce", help="rebuild a tutorial's worked example "
-                                    "and compare it with the numbers the tutorial prints")
-    from workbook_builder.reproduce import TUTORIALS
-
-    reproduce.add_argument("tutorial", choices=sorted(TUTORIALS))
-    reproduce.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
-                           help="folder for the workbooks (default .)")
-    reproduce.add_argument("--force", action="store_true", help="replace existing files")
-    add_teaching_commands(commands, _add_param_flags)
+    repro = commands.add_parser("reproduce", help="rebuild a tutorial's worked example "
+                                "and compare it with the numbers the tutorial prints")
+    repro.add_argument("tutorial", choices=sorted(TUTORIALS))
+    repro.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
+                       help="folder for the workbooks (default .; created if needed)")
+    repro.add_argument("--force", action="store_true", help="replace existing files")
+    add_teaching_commands(commands, add_param_flags)
     return parser
 
 
 def _cmd_list(args) -> int:
-    from workbook_builder.sheet.registry import load_kinds
-
     kinds = load_kinds()
     width = max(map(len, kinds))
     for name, kind in sorted(kinds.items()):
@@ -123,26 +117,19 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_build(args) -> int:
-    from workbook_builder.build import explicit_params, parse_tokens, resolve_params, write_workbook
-    from workbook_builder.inputs import load_inputs
-    from workbook_builder.sheet.registry import get_kind
-    from workbook_builder.teaching_cli import exercise_from_args
-
     kind = get_kind(args.kind)
     tokens = parse_tokens(args.tokens)
     given = load_inputs(args.inputs)
     params = resolve_params(kind, explicit_params(kind, args), given, tokens)
-    cells = write_workbook(kind, params, args.output, seed=args.seed, given=given,
+    built = write_workbook(kind, params, args.output, seed=args.seed, given=given,
                            tokens=tokens, layout=args.layout, force=args.force,
                            lang=args.lang, exercise=exercise_from_args(args))
     print(f"wrote {args.output}: kind {kind.name}, {kind.describe(params)}, "
-          f"layout {args.layout}, {cells} formula cells")
+          f"layout {args.layout}, {built.formula_cells} formula cells")
     return EXIT_OK
 
 
 def _cmd_check(args) -> int:
-    from workbook_builder.check import check_workbook, format_report, format_side_by_side
-
     engines = ["formulas", "libreoffice"] if args.engine == "all" else [args.engine]
     progress = Progress(args.quiet)
     try:
@@ -162,9 +149,6 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_pdf(args) -> int:
-    from workbook_builder.book import open_workbook, read_spec
-    from workbook_builder.libreoffice import export_pdf
-
     read_spec(open_workbook(args.file), args.file)  # only our workbooks
     output = args.output or args.file.with_suffix(".pdf")
     if output.suffix.lower() != ".pdf":
@@ -179,27 +163,42 @@ def _cmd_pdf(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from workbook_builder.demo import run_demo
-
-    return EXIT_OK if run_demo(args.out, args.force, Progress(args.quiet)) else EXIT_MISMATCH
+    progress = Progress(args.quiet)
+    plan = demo_plan()
+    all_passed = True
+    print(f"{'workbook':<44} {'formula cells':>13} {'steps':>6} {'seconds':>8}  result")
+    progress(f"building and checking {len(plan)} workbooks on {demo_workers()} cores")
+    try:
+        for number, result in enumerate(run_demo(args.out, args.force), start=1):
+            progress.clear()
+            all_passed &= result.passed
+            verdict = "pass" if result.passed else f"FAIL at {result.first_failure}"
+            print(f"{str(result.path):<44} {result.formula_cells:>13} {result.steps:>6} "
+                  f"{result.seconds:>8.2f}  {verdict}", flush=True)
+            progress(f"[{number}/{len(plan)}] done")
+    finally:
+        progress.clear()
+    print(f"{len(plan)} workbooks in {args.out}: " + ("all checks pass" if all_passed
+                                                      else "some checks FAILED"))
+    for _, kind in sorted(load_kinds().items()):
+        note = kind.demo_note()
+        if note:
+            print(f"\n{kind.name}: {note}")
+    return EXIT_OK if all_passed else EXIT_MISMATCH
 
 
 def _cmd_reproduce(args) -> int:
-    from workbook_builder.reproduce import run_reproduce
-
-    return EXIT_OK if run_reproduce(args.tutorial, args.out, args.force) else EXIT_MISMATCH
+    results = reproduce(args.tutorial, args.out, args.force)
+    print(format_reproduction(TUTORIALS[args.tutorial].source, results))
+    return EXIT_OK if all(r.report.passed for r in results) else EXIT_MISMATCH
 
 
 def _cmd_class(args) -> int:
-    from workbook_builder.teaching_cli import cmd_class
-
     return EXIT_OK if cmd_class(args) else EXIT_MISMATCH
 
 
 def _cmd_grade(args) -> int:
     """Exit 1: some file could not be graded (not ours, or damaged); scores never fail."""
-    from workbook_builder.teaching_cli import cmd_grade
-
     return EXIT_OK if cmd_grade(args) else EXIT_MISMATCH
 
 
@@ -212,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         return COMMANDS[args.command](args)
+    except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except UserError as exc:
         print(f"attnsheets: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,13 +1,21 @@
 """Command-line pieces of the teacher edition: --lang/--exercise flags, `class`, `grade`.
 
-Kept apart from cli.py so that file only wires them in."""
+Kept apart from main.py so that file only wires them in."""
 
 import argparse
+import sys
 from pathlib import Path
 
+from workbook_builder.book.files import parse_tokens, resolve_params
+from workbook_builder.cli.params import explicit_params
+from workbook_builder.cli.printing import format_grades
 from workbook_builder.errors import UserError
-from workbook_builder.i18n import LANGS
 from workbook_builder.sheet.layout import LAYOUTS
+from workbook_builder.sheet.registry import get_kind, load_kinds
+from workbook_builder.teaching.classroom import MANIFEST, run_class
+from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
+from workbook_builder.teaching.grade import grade_all
+from workbook_builder.teaching.i18n import LANGS
 
 
 def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool = False) -> None:
@@ -22,10 +30,8 @@ def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool =
                         help="a bare exercise: no hidden answers, no ✓/✗, no CHECK_ names")
 
 
-def exercise_from_args(args):
+def exercise_from_args(args) -> ExerciseSpec | None:
     """An ExerciseSpec, or None for a complete workbook (exercise options then refused)."""
-    from workbook_builder.exercise import make_spec
-
     if args.exercise is None:
         if args.tolerance is not None or not args.self_check:
             raise UserError("--tolerance and --no-self-check need --exercise")
@@ -34,8 +40,6 @@ def exercise_from_args(args):
 
 
 def add_commands(commands, add_param_flags) -> None:
-    from workbook_builder.sheet.registry import load_kinds
-
     klass = commands.add_parser(
         "class", help="one exercise workbook and one answer key per student of a roster")
     kinds = klass.add_subparsers(dest="kind", required=True, metavar="KIND",
@@ -69,19 +73,34 @@ def add_commands(commands, add_param_flags) -> None:
 
 
 def cmd_class(args) -> bool:
-    from workbook_builder.build import explicit_params, parse_tokens, resolve_params
-    from workbook_builder.classroom import run_class
-    from workbook_builder.sheet.registry import get_kind
-
+    """True if every workbook verified against the reference."""
     kind = get_kind(args.kind)
     tokens = parse_tokens(args.tokens)
     params = resolve_params(kind, explicit_params(kind, args), {}, tokens)
-    return run_class(kind, params, args.roster, args.out, exercise_from_args(args),
-                     layout=args.layout, lang=args.lang, tokens=tokens,
-                     class_seed=args.seed, force=args.force, id_column=args.id_column)
+    exercise = exercise_from_args(args)
+    result = run_class(kind, params, args.roster, args.out, exercise, layout=args.layout,
+                       lang=args.lang, tokens=tokens, class_seed=args.seed, force=args.force,
+                       id_column=args.id_column)
+    print(f"wrote {result.students} exercise workbooks, {result.students} answer keys and "
+          f"{MANIFEST} to {result.out} ({kind.name}, {kind.describe(params)}, exercise "
+          f"{','.join(exercise.steps)}, {result.seconds:.1f} s)")
+    if result.problems:
+        print(f"VERIFICATION FAILED for {len(result.problems)} block(s); first: "
+              f"{result.problems[0]}")
+        return False
+    keys = "every answer key" + (" and every hidden self-check key" if exercise.self_check
+                                 else "")
+    print(f"verified: {keys} equals the NumPy reference for that student's inputs")
+    return True
 
 
 def cmd_grade(args) -> bool:
-    from workbook_builder.grade import run_grade
-
-    return run_grade(args.paths, args.out, args.force)
+    """True if every file could be graded (scores never fail the command)."""
+    grades = grade_all(args.paths, args.out, args.force)
+    for grade in grades:
+        if grade.problem:
+            print(f"attnsheets: {grade.problem}", file=sys.stderr)
+    lines, summary = format_grades(grades)
+    print("\n".join(lines))
+    print(summary + (f"; wrote {args.out}" if args.out is not None else ""))
+    return all(not g.problem for g in grades)

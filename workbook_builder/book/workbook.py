@@ -1,10 +1,8 @@
-"""Whole workbooks: build one for a kind, save it atomically, read its metadata back."""
+"""A kind's workbook in memory: its sheets, print setup and the About sheet recording what
+it is (read back by `read_spec`)."""
 
 import dataclasses
 import json
-import os
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +13,13 @@ from openpyxl.styles import Font
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder import __version__
+from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
-from workbook_builder.evaluate import CellValues
 from workbook_builder.sheet.kind import Kind, make_params
-from workbook_builder.sheet.registry import get_kind
 from workbook_builder.sheet.layout import SheetWriter
+from workbook_builder.sheet.registry import get_kind
+from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
+from workbook_builder.teaching.i18n import catalog_for, translate_sheets
 
 ABOUT = "About"
 
@@ -33,16 +33,13 @@ class BookSpec:
     layout: str
     tokens: list[str]
     lang: str = "en"
-    exercise: Any = None             # an exercise.ExerciseSpec for exercise workbooks
+    exercise: ExerciseSpec | None = None  # for exercise workbooks
     student: str | None = None       # set by `attnsheets class`
 
 
 def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], tokens: list[str],
                    layout: str, lang: str = "en", exercise=None,
                    student: str | None = None) -> Workbook:
-    from workbook_builder.exercise import KEY_SHEET, apply_exercise
-    from workbook_builder.i18n import catalog_for, translate_sheets
-
     tr = catalog_for(kind, lang, tokens)
     wb = openpyxl.Workbook()
     ws = wb.active
@@ -104,11 +101,10 @@ def read_spec(wb: Workbook, path: Path) -> BookSpec:
         raise UserError(f"{path} is not an attnsheets workbook (it has no {ABOUT} sheet)")
     ws = wb[ABOUT]
     values = {}
-    for row in ws.iter_rows(min_row=1, max_col=2, values_only=True):
-        if row[0] is not None:
-            values[str(row[0])] = row[1]
-    from workbook_builder.exercise import ExerciseSpec
-
+    cells = {(c.row, c.column): c.value for c in stored_cells(ws) if c.column <= 2}
+    for (row, col), key in sorted(cells.items()):
+        if col == 1 and key is not None:
+            values[str(key)] = cells.get((row, 2))
     try:
         exercise = values.get("exercise")
         return BookSpec(str(values["kind"]), json.loads(values["params"]),
@@ -124,56 +120,3 @@ def read_spec(wb: Workbook, path: Path) -> BookSpec:
 def spec_kind_params(spec: BookSpec):
     kind = get_kind(spec.kind)
     return kind, make_params(kind, spec.params)
-
-
-def open_workbook(path: Path, data_only: bool = False) -> Workbook:
-    """Open a workbook the user named, or fail with one line saying why."""
-    if not path.exists():
-        raise UserError(f"{path}: no such file")
-    if path.is_dir():
-        raise UserError(f"{path} is a folder, not a workbook")
-    if not zipfile.is_zipfile(path):
-        raise UserError(f"{path} is not an .xlsx workbook")
-    try:
-        return openpyxl.load_workbook(path, data_only=data_only)
-    except Exception as exc:  # openpyxl raises many types on damaged files
-        raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
-
-
-def check_writable(path: Path, force: bool) -> None:
-    """Refuse to replace a file unless asked, and name a missing folder."""
-    if path.suffix.lower() != ".xlsx":
-        raise UserError(f"{path}: the output name must end in .xlsx")
-    if not path.parent.exists():
-        raise UserError(f"{path.parent}: no such folder (create it first)")
-    if path.exists() and not force:
-        raise UserError(f"{path} already exists; pass --force to replace it")
-
-
-def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> CellValues | None:
-    """Write beside the target and rename, so a failure never leaves a partial file.
-    With `with_values`, every formula cell also carries the value the `formulas` engine
-    computes from the workbook's own formulas, for previews and `data_only` readers; those
-    values are returned."""
-    from workbook_builder.cached_values import store_values
-    from workbook_builder.evaluate import FormulasModel
-
-    wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
-    temps = []
-    try:
-        for _ in range(2):
-            fd, tmp = tempfile.mkstemp(prefix=".attnsheets-", suffix=".xlsx", dir=path.parent)
-            os.close(fd)
-            temps.append(Path(tmp))
-        wb.save(temps[0])
-        if with_values:
-            # the workbook in memory is what was just saved: no need to read it back
-            values = FormulasModel(wb, path.name).evaluate()
-            store_values(temps[0], temps[1], values)
-            os.replace(temps[1], path)
-            return values
-        os.replace(temps[0], path)
-        return None
-    finally:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import openpyxl
 
+from workbook_builder.engines.formulas_engine import CellValues
+from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
-from workbook_builder.evaluate import CellValues
 
 INSTALL_HINT = "apt-get install libreoffice-calc-nogui"
 TIMEOUT_S = 600
@@ -76,16 +77,11 @@ def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Pa
 def read_values(path: Path) -> CellValues:
     """The values a spreadsheet application saved in the file."""
     wb = openpyxl.load_workbook(path, data_only=True)
-    values: CellValues = {}
-    for ws in wb.worksheets:
-        for row in ws.iter_rows():
-            for cell in row:
-                if cell.value is not None:
-                    values[(ws.title.upper(), cell.row, cell.column)] = cell.value
-    return values
+    return {(ws.title.upper(), cell.row, cell.column): cell.value
+            for ws in wb.worksheets for cell in stored_cells(ws) if cell.value is not None}
 
 
-def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:
+def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:  # noqa: ARG001 (Engine)
     """Every cell value after LibreOffice recalculated the workbook."""
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
         return read_values(convert(path, "xlsx", Path(outdir)))

@@ -16,10 +16,12 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import openpyxl
 from openpyxl.styles import Border, Font, PatternFill, Side
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
+from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.layout import LABEL_FONT, NAME_FONT, SheetWriter
@@ -143,18 +145,12 @@ def _count(mine: Block, answer: Block, tol: str, row: int | None = None) -> str:
 
 def key_range(where, sheet: str = KEY_SHEET):
     """The hidden key's copy of a visible named block (laid out at the same place)."""
-    from workbook_builder.check import NamedRange
-
     return NamedRange(f"{sheet}!{where.name}", sheet, where.top, where.left, where.bottom,
                       where.right)
 
 
 def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict) -> None:
     """A copy of the exercise with the right answers typed into the exercise cells."""
-    import openpyxl
-
-    from workbook_builder.check import find_name
-
     wb = openpyxl.load_workbook(path)
     for step in spec.steps:
         where = find_name(wb, step, path)
@@ -163,44 +159,3 @@ def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict) ->
             for j in range(where.shape[1]):
                 ws.cell(where.top + i, where.left + j).value = float(expected[step][i, j])
     wb.save(target)
-
-
-def check_exercise(path: Path, wb, spec, kind, params, engine: str, started: float):
-    """`check` for an exercise workbook: is it a correct exercise? In a copy with the right
-    answers typed into the exercise cells, every other visible step must equal the
-    reference (so later steps really work from the student's entries), every block of the
-    hidden key must equal it (so the self-check compares with right answers), and every
-    CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
-    import tempfile
-    import time
-
-    import numpy as np
-
-    from workbook_builder.check import ENGINES, CheckReport, compare_block, find_name, read_inputs
-
-    evaluate = ENGINES[engine]
-    exercise: ExerciseSpec = spec.exercise
-    inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path))
-    expected = {name: np.asarray(block, float)
-                for name, block in kind.reference(inputs, params).items()}
-    places = {name: find_name(wb, name, path) for name in expected}
-    with tempfile.TemporaryDirectory(prefix="attnsheets-check-") as tmp:
-        filled = Path(tmp) / path.name
-        filled_copy(path, filled, exercise, expected)
-        values = evaluate(filled)
-    report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
-    for name, block in expected.items():
-        if name not in exercise.steps:
-            report.steps.append(compare_block(places[name], block, values))
-    if exercise.self_check:
-        if KEY_SHEET not in wb.sheetnames:
-            raise UserError(f"{path}: the hidden {KEY_SHEET} sheet of its self-checks is "
-                            f"missing")
-        for name, block in expected.items():
-            report.steps.append(compare_block(key_range(places[name]), block, values))
-        for step in exercise.steps:
-            where = find_name(wb, f"CHECK_{step}", path)
-            report.steps.append(compare_block(where, np.array([[expected[step].size]], float),
-                                              values))
-    report.seconds = time.perf_counter() - started
-    return report

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from xml.sax.saxutils import escape
 
-from workbook_builder.evaluate import CellValues
+from workbook_builder.engines.formulas_engine import CellValues
 from workbook_builder.sheet.refs import cell_ref, parse_cell, parse_range
 
 _CELL = re.compile(r'<c r="([A-Z]+\d+)"([^>]*?)(?:/>|>(.*?)</c>)', re.S)

@@ -1,0 +1,41 @@
+"""Defined names: the rectangle each workbook-level name points at."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from openpyxl.workbook.workbook import Workbook
+
+from workbook_builder.errors import UserError
+from workbook_builder.sheet.refs import cell_ref, parse_range
+
+
+@dataclass(frozen=True)
+class NamedRange:
+    name: str
+    sheet: str
+    top: int
+    left: int
+    bottom: int
+    right: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.bottom - self.top + 1, self.right - self.left + 1
+
+    def address(self, i: int, j: int) -> str:
+        return f"{self.sheet}!{cell_ref(self.top + i, self.left + j)}"
+
+
+def find_name(wb: Workbook, name: str, path: Path) -> NamedRange:
+    """The single rectangle a workbook-level defined name points at."""
+    defined = wb.defined_names.get(name)
+    if defined is None:
+        raise UserError(f"{path} lacks the defined name {name}; it is not an attnsheets "
+                        f"workbook of this kind, or the name was deleted")
+    destinations = list(defined.destinations)
+    if len(destinations) != 1:
+        raise UserError(f"{path}: defined name {name} does not point at one range")
+    sheet, ref = destinations[0]
+    if sheet not in wb.sheetnames:
+        raise UserError(f"{path}: defined name {name} points at a missing sheet {sheet!r}")
+    return NamedRange(name, sheet, *parse_range(ref.replace("$", "")))

@@ -1,0 +1,106 @@
+"""What the commands print: reports and summaries as text lines."""
+
+import numpy as np
+
+from workbook_builder.checking.check import CheckReport
+from workbook_builder.teaching.grade import Grade
+from workbook_builder.teaching.reproduce import ExampleResult
+
+
+def format_report(report: CheckReport) -> str:
+    lines = [f"{report.path}: kind {report.kind}, layout {report.layout}, "
+             f"engine {report.engine}"]
+    width = max(len(step.name) for step in report.steps)
+    lines.append(f"  {'step':<{width}}  {'cells':>6}  {'max |error|':>11}  "
+                 f"{'worst cell':<20}  result")
+    for step in report.steps:
+        error = "-" if step.max_abs_error is None else f"{step.max_abs_error:.2e}"
+        verdict = "pass" if step.passed else "FAIL" + (f" ({step.problem})" if step.problem
+                                                       else f" (> {step.tolerance:.0e})")
+        lines.append(f"  {step.name:<{width}}  {step.cells:>6}  {error:>11}  "
+                     f"{step.worst_cell:<20}  {verdict}")
+    failed = [step.name for step in report.steps if not step.passed]
+    if failed:
+        lines.append(f"  FAILED: {len(failed)} of {len(report.steps)} steps; first: "
+                     f"{failed[0]} ({report.seconds:.1f} s)")
+    else:
+        lines.append(f"  all {len(report.steps)} steps pass ({report.seconds:.1f} s)")
+    return "\n".join(lines)
+
+
+def format_side_by_side(reports: list[CheckReport]) -> str:
+    """One file checked by several engines: one row per step, one error column each."""
+    first = reports[0]
+    width = max(len(step.name) for step in first.steps)
+    engines = [r.engine for r in reports]
+    lines = [f"{first.path}: kind {first.kind}, layout {first.layout}, engines "
+             f"{' + '.join(engines)}",
+             f"  {'step':<{width}}  {'cells':>6}  "
+             + "  ".join(f"{e + ' max|err|':>22}" for e in engines) + "  result"]
+    for i, step in enumerate(first.steps):
+        row = [r.steps[i] for r in reports]
+        errors = []
+        for result in row:
+            shown = "-" if result.max_abs_error is None else f"{result.max_abs_error:.2e}"
+            if result.problem:
+                shown = "FAIL"
+            elif not result.passed:
+                shown += " FAIL"
+            errors.append(f"{shown:>22}")
+        verdict = "pass" if all(r.passed for r in row) else "FAIL" + "".join(
+            f" ({r.engine}: {res.problem or res.worst_cell})"
+            for r, res in zip(reports, row, strict=True) if not res.passed)
+        lines.append(f"  {step.name:<{width}}  {step.cells:>6}  " + "  ".join(errors)
+                     + f"  {verdict}")
+    timing = ", ".join(f"{r.engine} {r.seconds:.1f} s" for r in reports)
+    passed = all(r.passed for r in reports)
+    lines.append(f"  {'all steps pass in every engine' if passed else 'FAILED'} ({timing})")
+    return "\n".join(lines)
+
+
+def format_grades(grades: list[Grade]) -> tuple[list[str], str]:
+    """One line per file, and the summary line."""
+    width = max(len(g.student) for g in grades)
+    lines = []
+    for g in grades:
+        if g.problem:
+            lines.append(f"{g.student:<{width}}  NOT GRADED ({g.problem})")
+        else:
+            steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
+            lines.append(f"{g.student:<{width}}  {g.correct}/{g.total} "
+                         f"({100 * g.correct / g.total:.0f}%)  {steps}")
+    graded = [g for g in grades if not g.problem]
+    scores = [100 * g.correct / g.total for g in graded if g.total]
+    summary = f"graded {len(graded)} of {len(grades)} files"
+    if scores:
+        summary += (f"; mean score {np.mean(scores):.1f}%, full marks "
+                    f"{sum(g.correct == g.total for g in graded)}")
+    return lines, summary
+
+
+def format_reproduction(source: str, results: list[ExampleResult]) -> str:
+    """Each example's printed numbers beside the live cells, then every one that differs."""
+    lines = [f"Tutorial: {source}"]
+    differing = []
+    for result in results:
+        example, report = result.example, result.report
+        lines.append(f"\n{result.path} ({example.kind}; workbook check: "
+                     f"{'all steps pass' if report.passed else 'FAILED'})")
+        if example.note:
+            lines.append(f"  {example.note}")
+        lines.append(f"  {'step':<11} {'query':<5} {'col':>3} {'printed':>8} "
+                     f"{'spreadsheet':>11}  verdict")
+        for row in result.rows:
+            live = "missing" if row.live is None else f"{row.live:.4f}"
+            verdict = "agree" if row.agrees else "DIFFERS"
+            lines.append(f"  {row.step:<11} {row.query:<5} {row.column:>3} "
+                         f"{row.printed:>8.3f} {live:>11}  {verdict}")
+        differing += [(example, row) for row in result.rows if not row.agrees]
+    total = sum(len(result.rows) for result in results)
+    lines.append(f"\n{len(differing)} of {total} printed numbers differ from what the "
+                 f"tutorial's own formula gives:")
+    for example, row in differing:
+        live = "missing" if row.live is None else f"{row.live:.3f}"
+        lines.append(f"  {example.kind} {row.step} row {row.query} col {row.column}: "
+                     f"printed {row.printed:.3f}, correct {live}")
+    return "\n".join(lines)
