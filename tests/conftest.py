@@ -3,6 +3,7 @@ command line in-process and as a new process, and the demo built once per test r
 
 import contextlib
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import openpyxl
 import pytest
+from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.files import write_workbook
 from workbook_builder.checking.names import find_name
@@ -92,6 +94,57 @@ def demo(tmp_path_factory) -> Demo:
     ran = cli("demo", "--out", out, "--quiet")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     return Demo(out, ran.stdout, sorted(out.glob("*.xlsx")))
+
+
+@pytest.fixture(scope="session")
+def tutorial(tmp_path_factory) -> Demo:
+    """`attnsheets reproduce wo-ai-ai` once for the whole run."""
+    out = tmp_path_factory.mktemp("tutorial")
+    ran = cli("reproduce", "wo-ai-ai", "--out", out)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return Demo(out, ran.stdout, sorted(out.glob("wo-ai-ai_*.xlsx")))
+
+
+def formulas_of(path: Path):
+    """(sheet!cell or sheet!range, formula text, is an array formula) for every formula."""
+    wb = openpyxl.load_workbook(path)
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                if isinstance(cell.value, ArrayFormula):
+                    yield f"{ws.title}!{cell.value.ref}", cell.value.text, True
+                elif isinstance(cell.value, str) and cell.value.startswith("="):
+                    yield f"{ws.title}!{cell.coordinate}", cell.value, False
+
+
+# ../shared/DESIGN.md, "Formula style": the portable set
+ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN", "SUM", "IF",
+           "AND", "OR", "ABS", "TANH", "SIN", "COS", "PI", "POWER", "INDEX",
+           # exercise self-checks: in every Excel since 2.0, LibreOffice and `formulas`; the
+           # only way to count a student's text or #DIV/0! as wrong instead of erroring
+           "ISNUMBER"}
+_STRING = re.compile(r'"[^"]*"')
+_FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
+_SPILL = re.compile(r"[A-Z]+\$?\d+#")
+_UNSIGNED_EXPONENT = re.compile(r"(?<![A-Za-z_$])\d+(?:\.\d*)?[eE]\d")
+_INDEX = re.compile(r"INDEX\(([^()]*)\)")
+
+
+def portability_problems(text: str, is_array: bool) -> list[str]:
+    bare = _STRING.sub('""', text)
+    problems = [f"function {name} is not in the portable set"
+                for name in _FUNCTION.findall(bare) if name.upper() not in ALLOWED]
+    if "TRANSPOSE(" in bare.upper() and not is_array:
+        problems.append("TRANSPOSE outside an array formula needs Ctrl+Shift+Enter in old Excel")
+    if _SPILL.search(bare):
+        problems.append("spilled range reference")
+    if _UNSIGNED_EXPONENT.search(bare):
+        problems.append("exponent literal without a sign (write 1E+30)")
+    for args in _INDEX.findall(bare):
+        parts = [a.strip() for a in args.split(",")]
+        if len(parts) != 3 or "0" in parts[1:]:
+            problems.append("INDEX needs both a row and a column index")
+    return problems
 
 
 requires_torch = pytest.mark.skipif(

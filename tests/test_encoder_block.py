@@ -4,9 +4,9 @@ ReLU and tanh-GELU), and bad parameters on the command line."""
 import numpy as np
 import pytest
 from conftest import requires_torch, run_cli
+from sheets.encoder_block import EncoderBlock, EncoderBlockParams
 
 from reference.encoder_block import encoder_block_ref, gelu_tanh
-from sheets.encoder_block import EncoderBlock, EncoderBlockParams
 
 
 def _torch_layer(inputs, params):

@@ -5,8 +5,7 @@ library's internals gives what the library's public path gives."""
 
 import openpyxl
 import pytest
-from conftest import KINDS, build
-from openpyxl.worksheet.formula import ArrayFormula
+from conftest import KINDS, build, formulas_of
 
 from workbook_builder.checking.names import find_name
 from workbook_builder.engines import thirdparty
@@ -18,16 +17,12 @@ CASES = [(name, "cells") for name in sorted(KINDS)] + [("multihead", "blocks"),
 
 
 def formula_cells(path):
-    wb = openpyxl.load_workbook(path)
-    for ws in wb.worksheets:
-        for row in ws.iter_rows():
-            for cell in row:
-                if isinstance(cell.value, ArrayFormula):
-                    top, left, bottom, right = parse_range(cell.value.ref)
-                    yield from ((ws.title.upper(), r, c) for r in range(top, bottom + 1)
-                                for c in range(left, right + 1))
-                elif isinstance(cell.value, str) and cell.value.startswith("="):
-                    yield ws.title.upper(), cell.row, cell.column
+    """(SHEET, row, col) of every cell a formula fills."""
+    for where, _, _ in formulas_of(path):
+        sheet, _, ref = where.partition("!")
+        top, left, bottom, right = parse_range(ref)
+        yield from ((sheet.upper(), r, c) for r in range(top, bottom + 1)
+                    for c in range(left, right + 1))
 
 
 @pytest.mark.parametrize("kind_name,layout", CASES, ids=[f"{k}-{lay}" for k, lay in CASES])

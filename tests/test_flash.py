@@ -7,11 +7,11 @@ import numpy as np
 import openpyxl
 import pytest
 from conftest import build, requires_torch, run_cli
+from sheets.flash import FlashParams
 
 from reference.attention import attention_ref
 from reference.flash import block_bounds, flash_ref
 from sheets.attention import AttentionParams
-from sheets.flash import FlashParams
 from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build
-from openpyxl.worksheet.formula import ArrayFormula
+from conftest import build, formulas_of
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {
@@ -22,17 +21,9 @@ CASES = {
 
 def formula_text(path: Path) -> str:
     """One line per formula cell, plus the defined names, in sheet order."""
-    wb = openpyxl.load_workbook(path)
-    lines = []
-    for ws in wb.worksheets:
-        for row in ws.iter_rows():
-            for cell in row:
-                value = cell.value
-                if isinstance(value, ArrayFormula):
-                    lines.append(f"{ws.title}!{value.ref} {{{value.text}}}")
-                elif isinstance(value, str) and value.startswith("="):
-                    lines.append(f"{ws.title}!{cell.coordinate} {value}")
-    for name, defined in sorted(wb.defined_names.items()):
+    lines = [f"{where} {{{text}}}" if array else f"{where} {text}"
+             for where, text, array in formulas_of(path)]
+    for name, defined in sorted(openpyxl.load_workbook(path).defined_names.items()):
         lines.append(f"name {name} -> {defined.attr_text}")
     return "\n".join(lines) + "\n"
 

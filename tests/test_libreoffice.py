@@ -4,35 +4,29 @@ it saved itself, and prints a PDF handout."""
 
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, requires_libreoffice, run_cli
+from conftest import build, cli, requires_libreoffice
 
-from workbook_builder.book.files import write_workbook
-from workbook_builder.engines.cached_values import store_values
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
-from workbook_builder.demo import demo_plan
-from workbook_builder.sheet.kind import make_params
+from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.libreoffice import convert, convert_many, read_values
 
 ERROR_VALUE = re.compile(r"^(#(NAME\?|VALUE!|REF!|DIV/0!|NUM!|N/A|NULL!)|Err:\d+)")
 
 
 @pytest.fixture(scope="module")
-def recalculated_demo(tmp_path_factory):
+def recalculated_demo(demo, tmp_path_factory):
     """Every demo workbook, and its copy recalculated and saved by one LibreOffice run."""
-    out = tmp_path_factory.mktemp("demo")
-    books = []
-    for name, kind, values, layout in demo_plan():
-        write_workbook(kind, make_params(kind, values), out / name, layout=layout)
-        books.append(out / name)
-    recalculated = convert_many(books, "xlsx", tmp_path_factory.mktemp("lo"))
-    return list(zip(books, recalculated, strict=True))
+    recalculated = convert_many(demo.books, "xlsx", tmp_path_factory.mktemp("lo"))
+    return list(zip(demo.books, recalculated, strict=True))
 
 
 @requires_libreoffice
@@ -59,14 +53,14 @@ def test_no_cell_of_any_demo_workbook_holds_an_error_after_libreoffice(recalcula
 def test_check_engine_all_passes_fresh_and_after_an_edit(tmp_path, layout):
     path = build(tmp_path, "multihead", {"seq_len": 4, "d_model": 4, "heads": 2,
                                          "kv_heads": 1, "causal": True}, layout=layout)
-    fresh = run_cli("check", path, "--engine", "all")
+    fresh = cli("check", path, "--engine", "all")
     assert fresh.returncode == 0, fresh.stdout
     assert "all steps pass in every engine" in fresh.stdout
     wb = openpyxl.load_workbook(path)
     where = find_name(wb, "X", path)
     wb[where.sheet].cell(where.top, where.left).value = 2.5
     wb.save(path)
-    edited = run_cli("check", path, "--engine", "all")
+    edited = cli("check", path, "--engine", "all")
     assert edited.returncode == 0, edited.stdout
 
 
@@ -111,14 +105,14 @@ def test_a_workbook_saved_by_libreoffice_is_checked_from_its_inputs(tmp_path, ki
 def test_pdf_handout_has_pages(tmp_path):
     path = build(tmp_path, "attention", {"seq_len": 4, "d_model": 3, "d_k": 2,
                                          "causal": True})
-    result = run_cli("pdf", path)
+    result = cli("pdf", path)
     assert result.returncode == 0, result.stderr
     pdf = path.with_suffix(".pdf")
     data = pdf.read_bytes()
     assert data.startswith(b"%PDF")
     pages = len(re.findall(rb"/Type\s*/Page[^s]", data))
     assert pages >= 2  # the attention sheet and the About sheet
-    again = run_cli("pdf", path)
+    again = cli("pdf", path)
     assert again.returncode == 2 and "--force" in again.stderr
     assert pdf.read_bytes() == data
 
@@ -137,9 +131,6 @@ def test_without_libreoffice_the_engine_says_so_in_one_line(tmp_path):
     path = build(tmp_path, "attention", {"seq_len": 2, "d_model": 2, "d_k": 2})
     with tempfile.TemporaryDirectory() as empty:
         env = {**os.environ, "PATH": empty}
-        import subprocess
-        import sys
-
         result = subprocess.run([sys.executable, "-m", "workbook_builder", "check", str(path),
                                  "--engine", "libreoffice"], capture_output=True, text=True,
                                 env=env)

@@ -4,9 +4,9 @@ quadratic form, and against each other."""
 import numpy as np
 import pytest
 from conftest import requires_torch, run_cli
+from sheets.linear import LinearParams
 
 from reference.linear import EPS, elu_plus_one, linear_ref
-from sheets.linear import LinearParams
 
 
 def _case(causal, n=6, d_model=4, d_k=3, d_v=2, seed=0):

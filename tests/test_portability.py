@@ -2,60 +2,14 @@
 LibreOffice 7.4 and the `formulas` engine evaluate alike, and carries its values for readers
 that do not calculate."""
 
-import re
-
 import numpy as np
 import openpyxl
 import pytest
-from conftest import run_cli
-from openpyxl.worksheet.formula import ArrayFormula
+from conftest import formulas_of, portability_problems
 
-from workbook_builder.book.files import write_workbook
-from workbook_builder.checking.check import check_workbook
+from workbook_builder.book.workbook import read_spec, spec_kind_params
+from workbook_builder.checking.check import read_inputs
 from workbook_builder.checking.names import find_name
-from workbook_builder.demo import demo_plan
-from workbook_builder.sheet.kind import make_params
-
-# ../shared/DESIGN.md, "Formula style": the portable set
-ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN", "SUM", "IF",
-           "AND", "OR", "ABS", "TANH", "SIN", "COS", "PI", "POWER", "INDEX",
-           # exercise self-checks: in every Excel since 2.0, LibreOffice and `formulas`; the
-           # only way to count a student's text or #DIV/0! as wrong instead of erroring
-           "ISNUMBER"}
-_STRING = re.compile(r'"[^"]*"')
-_FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
-_SPILL = re.compile(r"[A-Z]+\$?\d+#")
-_UNSIGNED_EXPONENT = re.compile(r"(?<![A-Za-z_$])\d+(?:\.\d*)?[eE]\d")
-_INDEX = re.compile(r"INDEX\(([^()]*)\)")
-
-
-def formulas_of(path):
-    """(sheet!cell, formula text, is an array formula) for every formula cell."""
-    wb = openpyxl.load_workbook(path)
-    for ws in wb.worksheets:
-        for row in ws.iter_rows():
-            for cell in row:
-                if isinstance(cell.value, ArrayFormula):
-                    yield f"{ws.title}!{cell.coordinate}", cell.value.text, True
-                elif isinstance(cell.value, str) and cell.value.startswith("="):
-                    yield f"{ws.title}!{cell.coordinate}", cell.value, False
-
-
-def portability_problems(text: str, is_array: bool) -> list[str]:
-    bare = _STRING.sub('""', text)
-    problems = [f"function {name} is not in the portable set"
-                for name in _FUNCTION.findall(bare) if name.upper() not in ALLOWED]
-    if "TRANSPOSE(" in bare.upper() and not is_array:
-        problems.append("TRANSPOSE outside an array formula needs Ctrl+Shift+Enter in old Excel")
-    if _SPILL.search(bare):
-        problems.append("spilled range reference")
-    if _UNSIGNED_EXPONENT.search(bare):
-        problems.append("exponent literal without a sign (write 1E+30)")
-    for args in _INDEX.findall(bare):
-        parts = [a.strip() for a in args.split(",")]
-        if len(parts) != 3 or "0" in parts[1:]:
-            problems.append("INDEX needs both a row and a column index")
-    return problems
 
 
 @pytest.mark.parametrize("text,array,bad", [
@@ -76,16 +30,9 @@ def test_the_lint_itself(text, array, bad):
 
 
 @pytest.fixture(scope="module")
-def demo_books(tmp_path_factory):
+def demo_books(demo, tutorial):
     """Every workbook `attnsheets demo` builds, plus the tutorial's."""
-    out = tmp_path_factory.mktemp("demo")
-    paths = []
-    for name, kind, values, layout in demo_plan():
-        write_workbook(kind, make_params(kind, values), out / name, layout=layout)
-        paths.append(out / name)
-    assert run_cli("reproduce", "wo-ai-ai", "--out", out).returncode == 0
-    paths += sorted(out.glob("wo-ai-ai_*.xlsx"))
-    return paths
+    return demo.books + tutorial.books
 
 
 def test_every_demo_formula_is_portable(demo_books):
@@ -101,18 +48,15 @@ def test_fresh_workbooks_carry_their_evaluated_values(demo_books):
     """A reader that does not calculate (openpyxl data_only, pandas, previews) sees numbers
     in every step block, and they are the checked values."""
     for path in demo_books:
-        report = check_workbook(path)
         wb = openpyxl.load_workbook(path, data_only=True)
-        from workbook_builder.book.workbook import read_spec, spec_kind_params
-        from workbook_builder.checking.check import read_inputs
-
         kind, params = spec_kind_params(read_spec(wb, path))
         expected = kind.reference(read_inputs(wb, kind, params, path, dict), params)
-        for step in report.steps:
-            where = find_name(wb, step.name, path)
+        assert list(expected) == kind.step_names(params)
+        for name in expected:
+            where = find_name(wb, name, path)
             ws = wb[where.sheet]
             got = np.array([[ws.cell(where.top + i, where.left + j).value
                              for j in range(where.shape[1])] for i in range(where.shape[0])],
                            dtype=float)
-            np.testing.assert_allclose(got, expected[step.name], rtol=1e-9, atol=1e-9,
-                                       err_msg=f"{path.name} {step.name}")
+            np.testing.assert_allclose(got, expected[name], rtol=1e-9, atol=1e-9,
+                                       err_msg=f"{path.name} {name}")

@@ -4,10 +4,10 @@ boolean mask, and bad parameters on the command line."""
 import numpy as np
 import pytest
 from conftest import requires_torch, run_cli
+from sheets.sliding_window import SlidingWindowParams
 
 from reference.attention import attention_ref
 from reference.sliding_window import sliding_window_ref, window_allowed
-from sheets.sliding_window import SlidingWindowParams
 
 
 def _inputs(n, d_model, d_k, seed):

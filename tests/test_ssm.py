@@ -8,9 +8,9 @@ import openpyxl
 import pytest
 from conftest import KINDS, build, requires_torch, run_cli
 from openpyxl.worksheet.formula import ArrayFormula
+from sheets.ssm import formula_cell_growth
 
 from reference.ssm import selective_scan_ref, softplus, ssm_ref
-from sheets.ssm import formula_cell_growth
 from workbook_builder.book.files import resolve_params
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.cli.printing import format_report

@@ -9,18 +9,25 @@ from pathlib import Path
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, requires_libreoffice, run_cli
-from test_cli import one_line_error
+from conftest import (
+    KINDS,
+    cli,
+    formulas_of,
+    one_line_error,
+    portability_problems,
+    requires_libreoffice,
+)
 
-from workbook_builder.book.workbook import build_workbook, read_spec
 from workbook_builder.book.files import write_workbook
+from workbook_builder.book.workbook import build_workbook, read_spec
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.libreoffice import convert, evaluate_with_libreoffice
+from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.teaching.exercise import ExerciseSpec
 from workbook_builder.teaching.i18n import Catalog
-from workbook_builder.sheet.kind import complete_inputs, make_params
 
 # -- Chinese sheets --------------------------------------------------------------------------
 
@@ -190,8 +197,6 @@ def test_self_check_counts_formulas_and_tolerance_but_not_text_blanks_or_errors(
 
 @requires_libreoffice
 def test_self_checks_work_in_libreoffice(tmp_path):
-    from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
-
     steps = ["WEIGHTS", "OUTPUT"]
     path, answers = exercise_book(tmp_path, "attention", {**ATTENTION, "causal": True}, steps)
     right = fill(path, answers, steps, tmp_path / "right.xlsx")
@@ -224,8 +229,6 @@ def test_exercise_cells_are_empty_styled_inputs_and_the_key_is_very_hidden(tmp_p
 
 @pytest.mark.parametrize("layout", ["cells", "blocks"])
 def test_exercise_formulas_are_portable(tmp_path, layout):
-    from test_portability import formulas_of, portability_problems
-
     path, _ = exercise_book(tmp_path, "flash", {"seq_len": 5, "d_model": 2, "d_k": 2,
                                                 "block_size": 2, "causal": True},
                             ["M_B2", "OUTPUT", "MAX_ABS_DIFF"], layout)
@@ -283,17 +286,17 @@ def input_blocks(path):
     return out
 
 
-def run_class(tmp_path, out, *extra):
-    return run_cli("class", "attention", "--roster", roster(tmp_path), "--out", out,
+def class_of(tmp_path, out, *extra):
+    return cli("class", "attention", "--roster", roster(tmp_path), "--out", out,
                    "--id-column", "student id", "--seq-len", "3", "--d-model", "2", "--d-k",
                    "2", "--exercise", "weights,OUTPUT", *extra)
 
 
 def test_class_is_deterministic_per_student_and_refuses_to_overwrite(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
-    done = run_class(tmp_path, first)
+    done = class_of(tmp_path, first)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert run_class(tmp_path, second).returncode == 0
+    assert class_of(tmp_path, second).returncode == 0
     manifest = list(csv.DictReader((first / "manifest.csv").open(encoding="utf-8")))
     assert [row["student"] for row in manifest] == ["s01", "s02", "李雷"]
     assert manifest == list(csv.DictReader((second / "manifest.csv").open(encoding="utf-8")))
@@ -310,15 +313,15 @@ def test_class_is_deterministic_per_student_and_refuses_to_overwrite(tmp_path):
     for name in (manifest[2]["file"], manifest[2]["key_file"]):
         assert check_workbook(first / name).passed
     before = (first / manifest[0]["file"]).read_bytes()
-    refused = run_class(tmp_path, first)
+    refused = class_of(tmp_path, first)
     assert "already exists" in one_line_error(refused)
     assert (first / manifest[0]["file"]).read_bytes() == before
-    assert run_class(tmp_path, first, "--force").returncode == 0
+    assert class_of(tmp_path, first, "--force").returncode == 0
 
 
 def test_grade_a_class_with_a_broken_file(tmp_path):
     out = tmp_path / "class"
-    assert run_class(tmp_path, out).returncode == 0
+    assert class_of(tmp_path, out).returncode == 0
     manifest = list(csv.DictReader((out / "manifest.csv").open(encoding="utf-8")))
     kind = KINDS["attention"]
     params = make_params(kind, ATTENTION)
@@ -344,7 +347,7 @@ def test_grade_a_class_with_a_broken_file(tmp_path):
     (returned / manifest[0]["key_file"]).write_bytes((out / manifest[0]["key_file"])
                                                     .read_bytes())  # keys are skipped
     grades = tmp_path / "grades.csv"
-    result = run_cli("grade", returned, "--out", grades)
+    result = cli("grade", returned, "--out", grades)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "broken.xlsx" in result.stderr and "foreign.xlsx" in result.stderr
     rows = {r["file"].split("/")[-1]: r for r in csv.DictReader(grades.open(encoding="utf-8"))}
@@ -362,8 +365,6 @@ def test_grade_a_class_with_a_broken_file(tmp_path):
 
 @requires_libreoffice
 def test_grade_reads_a_file_saved_by_libreoffice(tmp_path):
-    from workbook_builder.engines.libreoffice import convert
-
     steps = ["WEIGHTS", "OUTPUT"]
     path, answers = exercise_book(tmp_path, "attention", ATTENTION, steps)
     filled = fill(path, answers, steps, tmp_path / "student.xlsx",
@@ -372,7 +373,7 @@ def test_grade_reads_a_file_saved_by_libreoffice(tmp_path):
     saved_dir.mkdir()
     saved = convert(filled, "xlsx", saved_dir)
     assert zipfile.is_zipfile(saved)
-    result = run_cli("grade", saved)
+    result = cli("grade", saved)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "15/15 (100%)" in result.stdout
 
@@ -415,6 +416,6 @@ def test_teaching_input_errors_are_one_line_exit_2_and_write_nothing(tmp_path, a
     (tmp_path / "ok.csv").write_text("id\ns1\n")
     (tmp_path / "empty").mkdir()
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = run_cli(*[a.format(tmp=tmp_path) for a in args])
+    result = cli(*[a.format(tmp=tmp_path) for a in args])
     assert needle in one_line_error(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -5,7 +5,7 @@ import math
 import re
 
 import openpyxl
-from conftest import run_cli
+from conftest import cli
 
 from workbook_builder.teaching.reproduce import TUTORIALS
 
@@ -38,7 +38,7 @@ def independent_values():
     return values
 
 
-def test_reproduce_names_exactly_the_wrong_printed_numbers(tmp_path):
+def test_reproduce_names_exactly_the_wrong_printed_numbers(tutorial):
     truth = independent_values()
     expected_wrong = set()
     for example in TUTORIALS["wo-ai-ai"].examples:
@@ -51,8 +51,7 @@ def test_reproduce_names_exactly_the_wrong_printed_numbers(tmp_path):
     assert ("attention", "WEIGHTS", 0, 0) in expected_wrong
     assert not any(step.startswith("SCORES") for _, step, _, _ in expected_wrong)
 
-    result = run_cli("reproduce", "wo-ai-ai", "--out", tmp_path)
-    assert result.returncode == 0, result.stderr
+    result = tutorial
     tokens = TUTORIALS["wo-ai-ai"].tokens
     named = set()
     for kind, step, token, col, _printed, correct in re.findall(
@@ -65,14 +64,13 @@ def test_reproduce_names_exactly_the_wrong_printed_numbers(tmp_path):
     assert f"{len(expected_wrong)} of 81 printed numbers differ" in result.stdout
 
 
-def test_reproduce_workbooks_hold_live_agree_formulas(tmp_path):
-    assert run_cli("reproduce", "wo-ai-ai", "--out", tmp_path).returncode == 0
-    wb = openpyxl.load_workbook(tmp_path / "wo-ai-ai_attention.xlsx")
+def test_reproduce_workbooks_hold_live_agree_formulas(tutorial):
+    wb = openpyxl.load_workbook(tutorial.out / "wo-ai-ai_attention.xlsx")
     ws = wb["Tutorial"]
     row = next(r for r in range(6, ws.max_row + 1) if ws.cell(r, 1).value == "WEIGHTS")
     assert ws.cell(row, 4).value == 0.370
     assert ws.cell(row, 5).value.startswith("='Attention'!")
     assert ws.cell(row, 6).value.startswith("=IF(ABS(")
-    assert run_cli("check", tmp_path / "wo-ai-ai_multihead.xlsx").returncode == 0
-    again = run_cli("reproduce", "wo-ai-ai", "--out", tmp_path)
+    assert cli("check", tutorial.out / "wo-ai-ai_multihead.xlsx").returncode == 0
+    again = cli("reproduce", "wo-ai-ai", "--out", tutorial.out)
     assert again.returncode == 2 and "--force" in again.stderr

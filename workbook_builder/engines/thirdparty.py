@@ -7,6 +7,7 @@ give the same results.
 """
 
 import functools
+from copy import copy
 import os
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -60,9 +61,9 @@ def copy_style(source: Cell, target: Cell, shortcuts: bool | None = None) -> Non
     if OPENPYXL_SHORTCUTS if shortcuts is None else shortcuts:
         target._style = source._style.__copy__()
         return
-    target.font, target.fill = source.font.copy(), source.fill.copy()
-    target.border, target.alignment = source.border.copy(), source.alignment.copy()
-    target.number_format, target.protection = source.number_format, source.protection.copy()
+    target.font, target.fill = copy(source.font), copy(source.fill)
+    target.border, target.alignment = copy(source.border), copy(source.alignment)
+    target.number_format, target.protection = source.number_format, copy(source.protection)
 
 
 def _push_smaller_side(self, indices, output=None):
