@@ -11,7 +11,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from reference.ssm import selective_scan_ref, softplus, ssm_ref
 from sheets.ssm import formula_cell_growth
-from workbook_builder.build import resolve_params
+from workbook_builder.build import resolve_params, write_workbook
 from workbook_builder.check import check_workbook, format_report
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
@@ -284,3 +284,14 @@ def test_cells_grow_linearly_while_attention_grows_quadratically():
     assert np.all(slope == slope[0])                       # exactly a·L + b
     assert np.all(np.diff(attention, 2) > 0)               # convex: the L² scores
     assert attention[-1] > 2 * ssm[-1]
+
+
+def test_growth_counts_equal_the_formula_cells_build_writes(tmp_path):
+    """The table counts step-block cells on a bare sheet; `build` counts formula cells in the
+    saved workbook. They agree."""
+    row = formula_cell_growth([8])[0]
+    for name, values in (("ssm", {"seq_len": 8, "d_model": 4, "d_state": 4}),
+                         ("attention", {"seq_len": 8, "d_model": 4, "d_k": 4})):
+        kind = KINDS[name]
+        written = write_workbook(kind, make_params(kind, values), tmp_path / f"{name}.xlsx")
+        assert row[name] == written
