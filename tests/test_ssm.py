@@ -6,13 +6,14 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build, requires_torch, run_cli
+from conftest import KINDS, build, cli, requires_torch
 from openpyxl.worksheet.formula import ArrayFormula
-from sheets.ssm import formula_cell_growth
 
 from reference.ssm import selective_scan_ref, softplus, ssm_ref
-from workbook_builder.book.files import resolve_params
-from workbook_builder.checking.check import check_workbook
+from sheets.ssm import formula_cell_growth
+from workbook_builder.book.files import resolve_params, write_workbook
+from workbook_builder.checking.check import check_workbook, read_inputs
+from workbook_builder.cli.main import main
 from workbook_builder.cli.printing import format_report
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
@@ -187,7 +188,6 @@ def test_softplus_branches_in_the_sheet(tmp_path):
     assert report.passed, format_report(report)
     wb = openpyxl.load_workbook(path)
     kind_params = params(3, 2, 2, gate=False)
-    from workbook_builder.checking.check import read_inputs
 
     pre = ssm_ref(read_inputs(wb, SSM, kind_params, path, dict), kind_params)["DELTA_PRE"]
     assert (pre[:, 0] > 20).all() and (pre[:, 1] < -37).all()
@@ -245,17 +245,17 @@ def test_formulas_are_portable(tmp_path, layout):
 
 def test_cli_build_check_and_bad_input(tmp_path):
     out = tmp_path / "s.xlsx"
-    done = run_cli("build", "ssm", "--seq-len", 5, "--d-model", 2, "--d-state", 3, "--gate",
+    done = cli("build", "ssm", "--seq-len", 5, "--d-model", 2, "--d-state", 3, "--gate",
                    "--layout", "blocks", "-o", out)
     assert done.returncode == 0, done.stderr
-    done = run_cli("check", out)
+    done = cli("check", out)
     assert done.returncode == 0 and "all 11 steps pass" in done.stdout, done.stdout
     bad_csv = tmp_path / "a.csv"
     bad_csv.write_text("0.1,0.2\n0.3,0.4\n")
     for args, message in (
             (["--d-state", 0], "--d-state must be a positive whole number, got 0"),
             (["--inputs", f"A_LOG={bad_csv}", "--d-state", 3], "input A_LOG is 2×2 but")):
-        done = run_cli("build", "ssm", *args, "-o", tmp_path / "x.xlsx")
+        done = cli("build", "ssm", *args, "-o", tmp_path / "x.xlsx")
         print(done.stderr)
         assert done.returncode == 2 and message in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
@@ -264,12 +264,7 @@ def test_cli_build_check_and_bad_input(tmp_path):
 
 @pytest.mark.parametrize("args", [["--seq-len", "-2"], ["--d-model", "two"]])
 def test_cli_bad_sizes_in_process(tmp_path, capsys, args):
-    from workbook_builder.cli.main import main
-
-    try:
-        code = main(["build", "ssm", *args, "-o", str(tmp_path / "x.xlsx")])
-    except SystemExit as exc:  # argparse type errors exit through Parser.error
-        code = exc.code
+    code = main(["build", "ssm", *args, "-o", str(tmp_path / "x.xlsx")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
 
@@ -285,3 +280,14 @@ def test_cells_grow_linearly_while_attention_grows_quadratically():
     assert np.all(slope == slope[0])                       # exactly a·L + b
     assert np.all(np.diff(attention, 2) > 0)               # convex: the L² scores
     assert attention[-1] > 2 * ssm[-1]
+
+
+def test_growth_counts_equal_the_formula_cells_build_writes(tmp_path):
+    """The table counts step-block cells on a bare sheet; `build` counts formula cells in the
+    saved workbook. They agree."""
+    row = formula_cell_growth([8])[0]
+    for name, values in (("ssm", {"seq_len": 8, "d_model": 4, "d_state": 4}),
+                         ("attention", {"seq_len": 8, "d_model": 4, "d_k": 4})):
+        kind = KINDS[name]
+        written = write_workbook(kind, make_params(kind, values), tmp_path / f"{name}.xlsx")
+        assert row[name] == written.formula_cells

@@ -1,0 +1,297 @@
+"""Kind `ssm`: Mamba's S6 selective scan, the state recurrence running down the rows.
+
+    Δ_t  = softplus(u_t·W_Δ + b_Δ)           (ln, not base-10 LOG; x itself above 20)
+    A    = −exp(A_log)                       B_t = u_t·W_B    C_t = u_t·W_C
+    Ā_t  = exp(Δ_t·A)                        zero-order hold for A
+    B̄_t u_t = Δ_t·B_t·u_t                    Euler for B, as mamba's reference code
+    h_t  = Ā_t ⊙ h_{t−1} + B̄_t u_t,  h_0 = 0
+    y_t  = C_t·h_t + D ⊙ u_t                 (--gate: out_t = y_t ⊙ silu(z_t))
+
+Glossary, sheet name → paper (upstream code): U = x (u), the SSM input, L×D; DELTA = Δ;
+A_LOG = log(−A); A = A; B_SEL, C_SEL = the selective B, C (so named because Excel
+refuses the defined name "C");
+A_BAR = Ā; DELTA_B_U = B̄·u; H = h (x), channel-major: channel d owns columns d·N … d·N+N−1;
+D = the skip parameter D (not the channel count); Z = the gate branch z.
+The work grows linearly in L (about 3·L·D·N cells), where attention's scores grow as L².
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import openpyxl
+
+from reference.ssm import ssm_ref
+from sheets.attention import Attention
+from workbook_builder.sheet import Block, Custom, Input, Kind, Map, MatMul, Section, Step, section
+from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.layout import SheetWriter
+
+
+@dataclass(frozen=True)
+class SsmParams:
+    seq_len: int = field(default=6, metadata={"help": "time steps L (rows of U)"})
+    d_model: int = field(default=2, metadata={
+        "help": "channels D (columns of U; Mamba's d_inner)"})
+    d_state: int = field(default=3, metadata={"help": "state size N per channel"})
+    gate: bool = field(default=False, metadata={
+        "help": "add an input Z and OUTPUT = Y ⊙ silu(Z)"})
+
+
+U = Input("U", "seq_len", "d_model", "SSM input u_t",
+          note="One row per time step, one column per channel.")
+Z = Input("Z", "seq_len", "d_model", "gate branch z_t",
+          note="Mamba's second branch; it gates the output.", when="gate")
+W_DELTA = Input("W_DELTA", "d_model", "d_model", "Δ projection W_Δ", "d", "d")
+DELTA_BIAS = Input("DELTA_BIAS", 1, "d_model", "Δ bias b_Δ", ["b_Δ"], "d")
+W_B = Input("W_B", "d_model", "d_state", "B projection W_B", "d", "n")
+W_C = Input("W_C", "d_model", "d_state", "C projection W_C", "d", "n")
+A_LOG = Input("A_LOG", "d_model", "d_state", "log of −A", "d", "n",
+              note="A is stored as its log so that A = −exp(A_LOG) stays negative: the state "
+                   "decays.")
+D = Input("D", 1, "d_model", "skip weight D", ["D"], "d",
+          note="The skip connection: y_t gets D ⊙ u_t added.")
+
+
+def state_count(p) -> int:
+    return p.d_model * p.d_state
+
+
+def state_cols(p) -> list[str]:
+    """Channel-major state columns d1.n1, d1.n2, …, d2.n1, …"""
+    return [f"d{d + 1}.n{n + 1}" for d in range(p.d_model) for n in range(p.d_state)]
+
+
+def a_bar_cell(t: int, k: int, env) -> str:
+    d, n = divmod(k, env.params.d_state)
+    return f"=EXP({env['DELTA'].row(t, d, d)}*{env['A'].fixed(d, n)})"
+
+
+def a_bar_channel(d: int, env) -> str:  # an L×1 column of Δ times a 1×N row of A
+    return f"=EXP({env['DELTA'].col(d)}*{env['A'].row(d)})"
+
+
+def delta_b_u_cell(t: int, k: int, env) -> str:
+    d, n = divmod(k, env.params.d_state)
+    return f"={env['DELTA'].row(t, d, d)}*{env['B_SEL'].cell(t, n)}*{env['U'].row(t, d, d)}"
+
+
+def delta_b_u_channel(d: int, env) -> str:
+    return f"={env['DELTA'].col(d)}*{env['U'].col(d)}*{env['B_SEL'].whole()}"
+
+
+def scan(t: int, env, at) -> str:
+    """Row t of H, each block read by at(block, row); row 1 is B̄_1 u_1 because h_0 = 0."""
+    bu = at(env["DELTA_B_U"], t)
+    return f"={bu}" if t == 0 else f"={at(env['A_BAR'], t)}*{at(env.me, t - 1)}+{bu}"
+
+
+def y_cell(t: int, d: int, env) -> str:
+    first, last = d * env.params.d_state, (d + 1) * env.params.d_state - 1
+    return (f"=SUMPRODUCT({env['H'].row(t, first, last)},{env['C_SEL'].row(t)})"
+            f"+{env['D'].col(d)}*{env['U'].cell(t, d)}")
+
+
+SELECTION = [
+    # Δ_pre = U·W_Δ + b_Δ   (the 1×D bias row is added to every row)
+    Step("DELTA_PRE", "U·W_Δ + b_Δ", MatMul("U", "W_DELTA", plus="DELTA_BIAS"),
+         "The step size before softplus."),
+    # Δ = softplus(Δ_pre) exactly as PyTorch: x above 20, else ln(1 + eˣ)
+    Step("DELTA", "Δ = softplus(·) = IF(x>20, x, LN(1+EXP(x)))",
+         Map("=IF({X}>20,{X},LN(1+EXP({X})))", X="DELTA_PRE"),
+         "Softplus keeps Δ positive. It is the natural log LN: base-10 LOG here (a bug in a "
+         "circulating Mamba sheet) makes every later block wrong. Above 20 PyTorch returns x "
+         "itself."),
+    Step("B_SEL", "B_t = u_t·W_B", MatMul("U", "W_B"), "Input matrix B for each time step."),
+    Step("C_SEL", "C_t = u_t·W_C", MatMul("U", "W_C"), "Read-out matrix C for each time step."),
+    Step("A", "A = −exp(A_LOG)", Map("=-EXP({A_LOG})"),
+         "Diagonal state matrix, one row of N decay rates per channel; it does not depend on "
+         "the input."),
+]
+
+
+def discretised(n: int) -> list[Step]:
+    """Ā and B̄u, channel-major; in `blocks` one array formula per channel (n columns)."""
+    return [
+        # Ā[t, d·N+n] = exp(Δ[t,d]·A[d,n])   (zero-order hold)
+        Step("A_BAR", "Ā_t = exp(Δ_t·A)   (zero-order hold)",
+             Custom("seq_len", state_count, a_bar_cell, per_slice=(n, a_bar_channel)),
+             "How much of the state survives one step: in (0, 1) because Δ > 0 and A < 0. "
+             "Columns d.n: channel d, state n.", row_labels="tokens", col_labels=state_cols),
+        # B̄u[t, d·N+n] = Δ[t,d]·B[t,n]·u[t,d]   (Euler)
+        Step("DELTA_B_U", "B̄_t u_t = Δ_t·B_t·u_t   (Euler)",
+             Custom("seq_len", state_count, delta_b_u_cell, per_slice=(n, delta_b_u_channel)),
+             "What the input writes into the state this step. Euler B̄ = Δ·B, not ZOH's "
+             "(ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code does this.", row_labels="tokens",
+             col_labels=state_cols),
+    ]
+
+
+# h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: one formula per row in `blocks`, reading the row above
+H = Step("H", "h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t,   h_0 = 0",
+         Custom("seq_len", state_count,
+                lambda t, k, env: scan(t, env, lambda block, row: block.cell(row, k)),
+                per_row=lambda t, env: scan(t, env, Block.row)),
+         "The hidden state: N numbers per channel, updated once per row. Work and cells grow "
+         "linearly with the sequence length.", row_labels="tokens", col_labels=state_cols)
+# y[t,d] = Σ_n h[t, d·N+n]·C[t,n] + D[d]·u[t,d]
+Y = Step("Y", "y_t = C_t·h_t + D ⊙ u_t", Custom("seq_len", "d_model", y_cell),
+         "Each channel reads its N states through C_t and adds the skip term. One formula per "
+         "cell in both layouts: a whole-block formula would need a reshape Excel lacks.",
+         row_labels="tokens", col_labels="d")
+GATE = [
+    # silu(z) = z·σ(z) = z·(1 + tanh(z/2))/2, which never overflows
+    Step("SILU_Z", "silu(z) = z·0.5·(1 + tanh(z/2))", Map("={Z}*0.5*(1+TANH({Z}/2))"),
+         "z·sigmoid(z), written with TANH because z/(1+EXP(−z)) overflows for z below −709."),
+    Step("OUTPUT", "out_t = y_t ⊙ silu(z_t)", Map("={Y}*{SILU_Z}"),
+         "The gated output of the Mamba mixer (before out_proj)."),
+]
+
+
+class Ssm(Kind):
+    name = "ssm"
+    summary = "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows"
+    sheet_title = "SSM"
+    Params = SsmParams
+    reference = staticmethod(ssm_ref)
+    inputs = [U, Z, W_DELTA, DELTA_BIAS, W_B, W_C, A_LOG, D]
+    test_cases = [
+        {"seq_len": 4, "d_model": 2, "d_state": 3},
+        {"seq_len": 5, "d_model": 3, "d_state": 2, "gate": True},
+        {"seq_len": 1, "d_model": 1, "d_state": 1, "gate": True},
+        {"seq_len": 7, "d_model": 1, "d_state": 4},
+    ]
+    demo_cases = [
+        ("ssm", {"seq_len": 6, "d_model": 2, "d_state": 3}),
+        ("ssm_gated", {"seq_len": 8, "d_model": 3, "d_state": 4, "gate": True}),
+    ]
+
+    @classmethod
+    def demo_note(cls) -> str:
+        return "Formula cells grow linearly with length here, quadratically in attention:\n" \
+            + growth_table()
+
+    @classmethod
+    def random_input(cls, name, shape, p, rng):
+        if name == "A_LOG":
+            # S4D-real init, A[d,n] = −(n+1), jittered so channels differ; keeps Ā in (0, 1)
+            base = np.broadcast_to(np.log(np.arange(1, shape[1] + 1)), shape)
+            return (base + rng.uniform(-0.1, 0.1, size=shape)).round(2)
+        if name == "DELTA_BIAS":
+            # Δ of order 0.3–1: the state both remembers and moves
+            return rng.uniform(-1.0, 0.5, size=shape).round(2)
+        if name == "D":
+            return rng.uniform(0.5, 1.5, size=shape).round(2)   # Mamba's init is 1
+        return rng.uniform(-1.0, 1.0, size=shape).round(2)
+
+    @classmethod
+    def sections(cls, p):
+        gated = " + 2·L·D for the gate" if p.gate else ""
+        return [
+            section("Step 1 — inputs: the sequence U (one row per time step) and the "
+                    "parameters", [i for i in (U, Z, W_DELTA, W_B, W_C, A_LOG) if i.present(p)],
+                    [DELTA_BIAS, D]),
+            section("Step 2 — selection: Δ, B and C depend on the input at each step (this is "
+                    "what makes S6 \"selective\")", SELECTION),
+            section("Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; "
+                    "B̄ = Δ·B is Euler (not the paper's ZOH B̄), as mamba's "
+                    "selective_scan_ref does", discretised(p.d_state)),
+            section("Step 4 — the scan: each row reads the row above it (h_0 = 0)", H),
+            section("Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t", [Y, *GATE] if p.gate else Y),
+            Section(f"Formula cells: L·(3·D·N + 3·D + 2·N) + D·N{gated} — linear in the length "
+                    f"L; attention's scores, exponentials and weights take 4·L².", bold=False),
+        ]
+
+
+def formula_cells(kind: type[Kind], values: dict) -> int:
+    """Formula cells of a kind's sheet (seed 0): every cell of every step block."""
+    p = make_params(kind, values)
+    sheet = SheetWriter(openpyxl.Workbook().active, "cells")
+    kind.lay_out(sheet, p, complete_inputs(kind, p, {}, 0), kind.labels(p, None))
+    return sum(sheet.blocks[name].rows * sheet.blocks[name].cols for name in kind.step_names(p))
+
+
+def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int = 4):
+    """Formula cells of an ssm sheet and of an attention sheet (d_model = d_k = D) of the
+    same length."""
+    return [{"seq_len": n,
+             "ssm": formula_cells(Ssm, {"seq_len": n, "d_model": d_model, "d_state": d_state}),
+             "attention": formula_cells(Attention, {"seq_len": n, "d_model": d_model,
+                                                    "d_k": d_model})}
+            for n in lengths]
+
+
+def growth_table() -> str:
+    """Formula cells of ssm vs attention at the same length: linear vs quadratic."""
+    lines = [f"{'L':>5} {'ssm cells':>10} {'attention cells':>16}   (D = N = d_k = 4)"]
+    for r in formula_cell_growth():
+        lines.append(f"{r['seq_len']:>5} {r['ssm']:>10} {r['attention']:>16}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic table
+    print(growth_table())
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+Ssm.translations = {"zh": {
+    "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows":
+        "Mamba S6 选择性扫描：softplus Δ，Ā = exp(ΔA)，h_t 逐行递推",
+    "Step 1 — inputs: the sequence U (one row per time step) and the parameters":
+        "Step 1：输入 — 序列 U（每个时间步一行）与参数",
+    "One row per time step, one column per channel.": "每个时间步一行，每个通道一列。",
+    "A is stored as its log so that A = −exp(A_LOG) stays negative: the state decays.":
+        "A 以对数形式存储，使 A = −exp(A_LOG) 始终为负：状态会衰减。",
+    "SSM input u_t": "SSM 输入 u_t", "Δ projection W_Δ": "Δ 投影 W_Δ",
+    "B projection W_B": "B 投影 W_B", "C projection W_C": "C 投影 W_C",
+    "log of −A": "−A 的对数",
+    "The skip connection: y_t gets D ⊙ u_t added.": "跳跃连接：y_t 加上 D ⊙ u_t。",
+    "Δ bias b_Δ": "Δ 偏置 b_Δ", "skip weight D": "跳跃权重 D",
+    'Step 2 — selection: Δ, B and C depend on the input at each step (this is what makes S6 '
+    '"selective")': "Step 2：选择机制 — Δ、B、C 在每一步都依赖输入（这就是 S6“选择性”的来源）",
+    "The step size before softplus.": "softplus 之前的步长。",
+    "Softplus keeps Δ positive. It is the natural log LN: base-10 LOG here (a bug in a "
+    "circulating Mamba sheet) makes every later block wrong. Above 20 PyTorch returns x "
+    "itself.": "Softplus 保证 Δ 为正。这里必须用自然对数 LN：用以 10 为底的 LOG（流传的某个 Mamba "
+               "表格中的错误）会让后面的每个块都出错。输入大于 20 时 PyTorch 直接返回 x。",
+    "Input matrix B for each time step.": "每个时间步的输入矩阵 B。",
+    "Read-out matrix C for each time step.": "每个时间步的读出矩阵 C。",
+    "Diagonal state matrix, one row of N decay rates per channel; it does not depend on the "
+    "input.": "对角状态矩阵，每个通道一行 N 个衰减率；它不依赖输入。",
+    "Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; B̄ = Δ·B is Euler "
+    "(not the paper's ZOH B̄), as mamba's selective_scan_ref does":
+        "Step 3：逐通道离散化 — Ā = exp(Δ·A) 为零阶保持；B̄ = Δ·B 为欧拉法（不是论文的 ZOH B̄），"
+        "与 mamba 的 selective_scan_ref 一致",
+    "How much of the state survives one step: in (0, 1) because Δ > 0 and A < 0. Columns "
+    "d.n: channel d, state n.": "状态经过一步后保留的比例：因为 Δ > 0 且 A < 0，所以在 (0, 1) "
+                              "之间。列 d.n：通道 d、状态 n。",
+    "What the input writes into the state this step. Euler B̄ = Δ·B, not ZOH's "
+    "(ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code does this.":
+        "这一步输入写入状态的量。欧拉法 B̄ = Δ·B，而不是 ZOH 的 (ΔA)⁻¹(exp(ΔA) − I)·ΔB："
+        "Mamba 的代码就是这样做的。",
+    "Ā_t = exp(Δ_t·A)   (zero-order hold)": "Ā_t = exp(Δ_t·A)   （零阶保持）",
+    "B̄_t u_t = Δ_t·B_t·u_t   (Euler)": "B̄_t u_t = Δ_t·B_t·u_t   （欧拉法）",
+    "Step 4 — the scan: each row reads the row above it (h_0 = 0)":
+        "Step 4：扫描 — 每行读取上一行（h_0 = 0）",
+    "The hidden state: N numbers per channel, updated once per row. Work and cells grow "
+    "linearly with the sequence length.": "隐藏状态：每个通道 N 个数，每行更新一次。计算量和"
+                                         "单元格数随序列长度线性增长。",
+    "Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t": "Step 5：读出 — y_t = C_t·h_t + D ⊙ u_t",
+    "Each channel reads its N states through C_t and adds the skip term. One formula per "
+    "cell in both layouts: a whole-block formula would need a reshape Excel lacks.":
+        "每个通道通过 C_t 读出它的 N 个状态，并加上跳跃项。两种布局都是每个单元格一个公式："
+        "整块公式需要 Excel 没有的 reshape。",
+    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N — linear in the length L; attention's "
+    "scores, exponentials and weights take 4·L².":
+        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N — 与长度 L 成线性；注意力的分数、指数和"
+        "权重需要 4·L²。",
+    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N + 2·L·D for the gate — linear in the length "
+    "L; attention's scores, exponentials and weights take 4·L².":
+        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N + 门控的 2·L·D — 与长度 L 成线性；注意力的"
+        "分数、指数和权重需要 4·L²。",
+    "Mamba's second branch; it gates the output.": "Mamba 的第二条分支；它对输出做门控。",
+    "gate branch z_t": "门控分支 z_t",
+    "z·sigmoid(z), written with TANH because z/(1+EXP(−z)) overflows for z below −709.":
+        "z·sigmoid(z)，用 TANH 写出，因为 z/(1+EXP(−z)) 在 z 小于 −709 时会溢出。",
+    "The gated output of the Mamba mixer (before out_proj).":
+        "Mamba 混合层的门控输出（out_proj 之前）。",
+}}
