@@ -69,12 +69,8 @@ Attention.translations = {"zh": {
     "single-head scaled dot-product attention, softmax in visible steps":
         "单头缩放点积注意力，Softmax 分步可见",
     "Step 2a — project every token to a query, a key and a value": "Step 2a：生成 Q、K、V",
-    "Queries: what each token is looking for.": "查询 Q：每个词“在找什么”。",
-    "Keys: what each token offers to be found by.": "键 K：每个词“有什么标签”，供别的词查找。",
-    "Values: the content each token passes on.": "值 V：每个词实际传递的内容。",
     "Step 2b/2c — scores Q·Kᵀ, scaled by 1/√d_k":
         "Step 2b/2c：计算注意力分数 Score = Q·Kᵀ，并缩放 — Score / √d_k",
-    "Dot product of query i with key j.": "查询 i 与键 j 的点积。",
     "Step 2d — row softmax: max, exp, sum, divide":
         "Step 2d：Softmax 归一化 — 行最大值、指数、求和、相除",
     "Step 2e — weighted sum of the values": "Step 2e：加权求和 — Output = 注意力权重 · V",

@@ -194,11 +194,8 @@ EncoderBlock.translations = {"zh": {
     "q bias": "q 偏置", "k bias": "k 偏置", "v bias": "v 偏置",
     "Step 2 — multi-head self-attention on {src}": "Step 2：对 {src} 做多头自注意力",
     "Head {h} — columns h{hc}.* of Q, K, V": "头 {h}：Q、K、V 的 h{hc}.* 列",
-    "Dot product of query i with key j.": "查询 i 与键 j 的点积。",
-    "Output of head {h}.": "头 {h} 的输出。",
     "Step 3 — concatenate the heads, project with W_O, add the residual":
         "Step 3：拼接各头，乘以 W_O，加上残差",
-    "The head outputs side by side.": "各头的输出并排拼接。",
     "output bias": "输出偏置",
     "The residual connection: the layer adds to its input.":
         "残差连接：这一层的结果加回到它的输入上。",

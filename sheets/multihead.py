@@ -118,8 +118,6 @@ Multihead.translations = {"zh": {
         "Step 2f-1：拆分 Q、K、V — 头 h 占第 h·d_k … (h+1)·d_k − 1 列",
     "Head {h} — query columns q{hq}.*, key/value head {g}":
         "Step 2f-2：头 {h} 独立做注意力（查询列 q{hq}.*，键/值头 {g}）",
-    "Output of head {h}.": "头 {h} 的输出。",
     "Step 2f-4 — concatenate the heads and mix them with W_O":
         "Step 2f-4：拼接各头，再用 W_O 线性变换整合",
-    "The head outputs side by side.": "各头的输出并排拼接。",
 }}

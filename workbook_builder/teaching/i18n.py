@@ -28,7 +28,7 @@ SHARED: Table = {"zh": {
         "黄色 = 可修改的输入    蓝色 = 实时公式",
     "yellow = input you may edit    blue = live formula    green = your answer":
         "黄色 = 可修改的输入    蓝色 = 实时公式    绿色 = 你的答案",
-    # sheets/_steps.py
+    # shared bands (sheets/_bands.py)
     "Causal mask: a token may attend only to itself and earlier tokens. Masked entries are "
     "left out of the row max and sum below, so no −∞ is needed.":
         "因果掩码：每个词只能关注自己和它之前的词。被掩码的位置不参与下面的行最大值和求和，"
@@ -59,6 +59,13 @@ SHARED: Table = {"zh": {
     "Dividing by √d_k keeps the scores from growing with the width.":
         "除以 √d_k，防止分数随维度增大而过大。",
     "Scores of this head divided by √d_k.": "该头的分数除以 √d_k。",
+    # sheets/_bands.py
+    "Queries: what each token is looking for.": "查询 Q：每个词“在找什么”。",
+    "Keys: what each token offers to be found by.": "键 K：每个词“有什么标签”，供别的词查找。",
+    "Values: the content each token passes on.": "值 V：每个词实际传递的内容。",
+    "Dot product of query i with key j.": "查询 i 与键 j 的点积。",
+    "Output of head {h}.": "头 {h} 的输出。",
+    "The head outputs side by side.": "各头的输出并排拼接。",
     # the About sheet
     "attnsheets workbook": "attnsheets 工作簿",
     "Yellow cells are inputs: edit them and the formulas recalculate. `attnsheets check` "

@@ -1,0 +1,136 @@
+"""The shape of the code: no import cycles among the project's modules, the command line on
+top of the machinery (nothing below it imports argparse), sheets that import from
+`reference/` only the one `*_ref` they are checked against, and third-party internals in
+one module."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("workbook_builder", "sheets", "reference")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str], bool]]:
+    """(imported project module, names, at module level?) for every import in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [alias.name for alias in node.names]
+            # `from package import module` imports the module
+            targets = [(f"{node.module}.{n}", []) if f"{node.module}.{n}" in modules
+                       else (node.module, [n]) for n in names]
+        else:
+            continue
+        for target, names in targets:
+            if target.split(".")[0] in PACKAGES:
+                found.append((target, names, id(node) in top_level))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for target, _, _ in imports_of(path, modules):
+            # importing a.b.c runs a and a.b first
+            parts = target.split(".")
+            edges |= {".".join(parts[:k]) for k in range(1, len(parts) + 1)} & set(modules)
+        graph[name] = edges - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    graph = import_graph()
+    assert len(graph) > 30
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_the_machinery_knows_nothing_of_the_command_line():
+    modules = project_modules()
+    for name, path in modules.items():
+        if name.startswith("workbook_builder.cli") or name == "workbook_builder.__main__":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module}
+        assert "argparse" not in imported, name
+        assert not any(m.startswith("workbook_builder.cli") for m in imported), name
+        assert "print(" not in path.read_text(encoding="utf-8"), f"{name} prints"
+
+
+def test_no_project_import_hides_inside_a_function():
+    modules = project_modules()
+    hidden = [(name, target) for name, path in modules.items()
+              for target, _, top in imports_of(path, modules) if not top]
+    assert not hidden, hidden
+
+
+def test_sheets_import_from_reference_only_their_own_ref():
+    modules = project_modules()
+    for name, path in modules.items():
+        if not name.startswith("sheets."):
+            continue
+        for target, names, _ in imports_of(path, modules):
+            if target.startswith("reference"):
+                own = f"reference.{name.split('.')[1]}"
+                assert target == own and len(names) == 1 and names[0].endswith("_ref"), \
+                    f"{name} imports {names} from {target}"
+
+
+def test_reference_imports_nothing_of_the_builder():
+    modules = project_modules()
+    for name, path in modules.items():
+        if name.startswith("reference"):
+            assert all(t.startswith("reference") for t, _, _ in imports_of(path, modules)), name
+
+
+def test_third_party_internals_live_in_one_module():
+    allowed = ROOT / "workbook_builder" / "engines" / "thirdparty.py"
+    needles = ("._cells", "._style", "RangesAssembler", "tqdm.tqdm =", "__globals__")
+    for path in (ROOT / "workbook_builder").rglob("*.py"):
+        if path != allowed:
+            text = path.read_text(encoding="utf-8")
+            assert not [n for n in needles if n in text], path
