@@ -1,0 +1,290 @@
+"""Kind `flash`: FlashAttention-2's blockwise online softmax, one key block at a time.
+
+    Q = X·W_Q   K = X·W_K   V = X·W_V                     (as in `attention`)
+    for each key block j (B keys; the last block may be shorter):
+      S_j = Q·K_jᵀ/√d_k    m_j = max(m_{j−1}, rowmax S_j)   α_j = exp(m_{j−1} − m_j)
+      P_j = exp(S_j − m_j)  ℓ_j = α_j·ℓ_{j−1} + rowsum P_j   Õ_j = α_j·Õ_{j−1} + P_j·V_j
+    O = Õ_T / ℓ_T     LSE = m_T + ln ℓ_T
+Block 1 starts the state (m_1 = rowmax S_1, ℓ_1 = rowsum P_1, Õ_1 = P_1·V_1), so no −∞ is
+needed. Causal: query rows are blocked like the keys; a key block wholly above a query
+block's diagonal is skipped (its S and P cells hold 0, shown grey as "skip"; m, ℓ and Õ
+pass through, α = 1); the diagonal block keeps every score in S and masks P with IF and
+the max with its range, as `attention` does. Beside it, plain softmax attention from the
+same Q, K, V and a live max |flash − standard|.
+"""
+
+from dataclasses import dataclass, field
+
+from reference.flash import flash_ref
+from sheets._bands import (
+    CAUSAL_MASK,
+    QKV_INPUTS,
+    positions_from_1,
+    projections,
+    scaled_scores,
+    softmax_steps,
+)
+from sheets.attention import Attention, AttentionParams
+from workbook_builder.errors import UserError
+from workbook_builder.sheet import Cell, Custom, Kind, Map, MatMul, Step, Table, rows_of, section
+
+
+@dataclass(frozen=True)
+class FlashParams(AttentionParams):
+    block_size: int = field(default=2, metadata={
+        "help": "keys per block B (1..n; query rows are blocked the same way)"})
+
+
+def block_bounds(p) -> list[tuple[int, int]]:
+    """[start, stop) of each key block; the last is shorter when B does not divide n.
+    Written again on purpose (as in reference.flash): a sheet imports only its *_ref."""
+    return [(s, min(s + p.block_size, p.seq_len)) for s in range(0, p.seq_len, p.block_size)]
+
+
+def key_width(j: int):
+    """Keys in block j as a function of the parameters, not a literal 1: a block one key
+    wide is still an n×B matrix, read cell for cell."""
+    return lambda p: min(j * p.block_size, p.seq_len) - (j - 1) * p.block_size
+
+
+# -- key block j: keys c0..c1−1; `skip`: causal query rows that never visit it ------------
+def key_labels(p, j, c0, c1) -> dict:
+    """Causal: positions, so the mask's IF can compare key with query; else tokens."""
+    if p.causal:
+        return {"row_labels": positions_from_1, "col_labels": list(range(c0 + 1, c1 + 1)),
+                "corner": "query\\key"}
+    return {"row_labels": "tokens", "col_labels": f"keys_B{j}"}
+
+
+def scores(p, j, c0, c1, skip) -> Step:
+    """S_j = Q·K_jᵀ/√d_k; skipped rows are not computed (0, shown as "skip")."""
+    scale = f"/SQRT({p.d_k})"
+
+    def product(queries: str, env) -> str:  # queries (a row or all) times this block's keys
+        return f"=MMULT({queries},TRANSPOSE({rows_of(env['K'], c0, c1 - 1)})){scale}"
+
+    def each(r, c, env):
+        return "=0" if r in skip else \
+            f"=SUMPRODUCT({env['Q'].row(r)},{env['K'].row(c0 + c)}){scale}"
+
+    return Step(f"S_B{j}", f"S{j} = Q·K{j}ᵀ/√d_k", Custom(
+        "seq_len", key_width(j), each,
+        whole=None if skip else lambda env: product(env["Q"].whole(), env),
+        per_row=(lambda r, env: "=0" if r in skip else product(env["Q"].row(r), env))
+        if skip else None),
+        f"Scaled scores of every query against keys {c0 + 1}–{c1} only: n×B cells, never the "
+        f"whole n×n matrix. Grey 'skip' cells (causal) belong to query blocks that never "
+        f"visit this key block.", skipped_rows=skip, **key_labels(p, j, c0, c1))
+
+
+def running_max(p, j, c0, c1, skip) -> Step:
+    """m_j = max(m_{j−1}, rowmax S_j) over the keys that take part (causal: up to r)."""
+    def each(r, _, env):
+        if r in skip:
+            return f"={env[f'M_B{j - 1}'].row(r)}"
+        row = env[f"S_B{j}"].row(r, 0, (min(r, c1 - 1) if p.causal else c1 - 1) - c0)
+        return f"=MAX({row})" if j == 1 else f"=MAX({env[f'M_B{j - 1}'].row(r)},{row})"
+
+    return Step(f"M_B{j}", f"m{j} = max(m{j - 1}, rowmax S{j})" if j > 1 else "m1 = rowmax S1",
+                Custom("seq_len", 1, each),
+                "Running row max over the keys seen so far (skipped rows keep theirs).",
+                row_labels="tokens", col_labels=["max"])
+
+
+def rescale(j) -> Step:
+    """α_j = exp(m_{j−1} − m_j): rescales what was summed under the old max."""
+    return Step(f"ALPHA_B{j}", f"α{j} = exp(m{j - 1} − m{j})",
+                Map("=EXP({A}-{B})", A=f"M_B{j - 1}", B=f"M_B{j}"),
+                "1 when the max did not move; below 1 when this block raised it.",
+                col_labels=["α"])
+
+
+def probabilities(p, j, c0, c1, skip) -> Step:
+    """P_j = exp(S_j − m_j), 0 where the key comes after the query (IF)."""
+    template = "=IF({COL_LABEL}<={ROW_LABEL},EXP({S}-{M}),0)" if p.causal else "=EXP({S}-{M})"
+    return Step(f"P_B{j}", f"P{j} = exp(S{j} − m{j})" + (" if key ≤ query" if p.causal else ""),
+                Map(template, S=f"S_B{j}", M=f"M_B{j}"),
+                "Unnormalised weights under the running max; masked keys give 0.",
+                skipped_rows=skip, **key_labels(p, j, c0, c1))
+
+
+def running_sum(j, skip) -> Step:
+    """ℓ_j = α_j·ℓ_{j−1} + rowsum P_j."""
+    def each(r, _, env):
+        total = f"SUM({env[f'P_B{j}'].row(r)})"
+        if j == 1:
+            return f"={total}"
+        prev = env[f"L_B{j - 1}"].row(r)
+        return f"={prev}" if r in skip else f"={env[f'ALPHA_B{j}'].row(r)}*{prev}+{total}"
+
+    return Step(f"L_B{j}", f"ℓ{j} = α{j}·ℓ{j - 1} + rowsum P{j}" if j > 1 else "ℓ1 = rowsum P1",
+                Custom("seq_len", 1, each),
+                "Running softmax denominator, rescaled to the current max.",
+                row_labels="tokens", col_labels=["ℓ"])
+
+
+def accumulate(j, c0, c1, skip) -> Step:
+    """Õ_j = α_j·Õ_{j−1} + P_j·V_j   (unnormalised: FlashAttention-2)."""
+    p_j, alpha, prev = f"P_B{j}", f"ALPHA_B{j}", f"ACC_B{j - 1}"
+
+    def each(r, c, env):
+        dot = f"MMULT({env[p_j].row(r)},{env['V'].col(c, c0, c1 - 1)})"
+        if j == 1:
+            return f"={dot}"
+        carried = env[prev].cell(r, c)
+        return f"={carried}" if r in skip else f"={env[alpha].row(r)}*{carried}+{dot}"
+
+    def whole(env):
+        dot = f"MMULT({env[p_j].whole()},{rows_of(env['V'], c0, c1 - 1)})"
+        return f"={dot}" if j == 1 else f"={env[alpha].whole()}*{env[prev].whole()}+{dot}"
+
+    return Step(f"ACC_B{j}", f"Õ{j} = α{j}·Õ{j - 1} + P{j}·V{j}" if j > 1 else "Õ1 = P1·V1",
+                Custom("seq_len", "value_width", each, whole=whole),
+                "Running weighted sum of value rows, not yet divided by ℓ.",
+                row_labels="tokens", col_labels="v")
+
+
+def key_block(p, j, c0, c1):
+    """Key block j's section; its header names keys by position (a section title sees
+    the parameters, not the token labels, which S_Bj shows as its column labels)."""
+    skip = frozenset(range(c0)) if p.causal else frozenset()  # rows of earlier query blocks
+    keys = f"{c1}" if c1 - c0 == 1 else f"{c0 + 1}–{c1}"
+    rows = "query row 1" if c0 == 1 else f"query rows 1–{c0}"
+    note = f"; {rows} skip it (grey: wholly above their diagonal, the state passes through " \
+           f"unchanged)" if skip else ""
+    return section(f"Key block {j}: keys {keys}{note}", [
+        scores(p, j, c0, c1, skip), running_max(p, j, c0, c1, skip),
+        *([rescale(j)] if j > 1 else []), probabilities(p, j, c0, c1, skip),
+        running_sum(j, skip), accumulate(j, c0, c1, skip)], bold=False)
+
+
+def max_abs_diff(env) -> str:
+    return f"=MAX(ABS({env['OUTPUT'].whole()}-{env['OUTPUT_STD'].whole()}))"
+
+
+def comparison(p) -> list:
+    """Standard attention from the same Q, K, V; max |O − O_std|; the n² vs n·B sizes."""
+    mask, n, b = "MASK" if p.causal else None, p.seq_len, p.block_size
+    explained = "The same scores FlashAttention computed block by block."
+    return [scaled_scores(explanation=explained) + ([CAUSAL_MASK] if mask else []),
+            softmax_steps(mask=mask),
+            [Step("OUTPUT_STD", "O_std = A·V", MatMul("WEIGHTS", "V")),
+             # an array formula in both layouts: ABS over a range needs array evaluation
+             Step("MAX_ABS_DIFF", "max |O − O_std|", Custom(
+                 1, 1, lambda i, j, env: Cell(max_abs_diff(env), array=True), whole=max_abs_diff),
+                 "Largest difference between the two outputs: rounding only (about 1e-16), "
+                 "because the online softmax is exact.", row_labels=["flash vs std"],
+                 col_labels=["max |Δ|"], number_format="0.0E+00"),
+             # score cells each approach holds at once
+             Table((("score cells held at once", ""), ("standard: n²", f"{n}² = {n * n}"),
+                    ("flash: n·B", f"{n}·{b} = {n * b}")))]]
+
+
+class Flash(Kind):
+    name = "flash"
+    summary = "FlashAttention: blockwise online softmax (running max and sum), exact"
+    sheet_title = "Flash"
+    Params = FlashParams
+    reference = staticmethod(flash_ref)
+    inputs = QKV_INPUTS
+    test_cases = [
+        {"seq_len": 4, "d_model": 3, "d_k": 2, "block_size": 2},
+        {"seq_len": 3, "d_model": 2, "d_k": 2, "block_size": 1, "causal": True},
+        {"seq_len": 5, "d_model": 3, "d_k": 2, "d_v": 3, "block_size": 2, "causal": True},
+    ]
+    demo_cases = [
+        ("flash", {"seq_len": 6, "d_model": 4, "d_k": 4, "block_size": 3}),
+        ("flash_causal", {"seq_len": 5, "d_model": 4, "d_k": 3, "block_size": 2,
+                          "causal": True}),
+    ]
+
+    @classmethod
+    def validate(cls, p):
+        super().validate(p)
+        if p.block_size > p.seq_len:
+            raise UserError(f"--block-size {p.block_size} is larger than --seq-len "
+                            f"{p.seq_len}; use 1 to {p.seq_len}")
+
+    @classmethod
+    def label_sets(cls, p, labels):
+        """Tokens, and the tokens of each key block's keys: keys_B1, keys_B2, …"""
+        return {"tokens": labels, **{f"keys_B{j}": labels[c0:c1]
+                                     for j, (c0, c1) in enumerate(block_bounds(p), start=1)}}
+
+    @classmethod
+    def sections(cls, p):
+        bounds = block_bounds(p)
+        t = len(bounds)
+        return [
+            section("Step 1 — inputs: token rows X and the projection weights", QKV_INPUTS),
+            section("Step 2 — project every token to a query, a key and a value",
+                    projections()),
+            section(f"Step 3 — FlashAttention: {t} key block(s) of B = {p.block_size}, one at "
+                    f"a time, keeping only a running max m, a running sum ℓ and an "
+                    f"unnormalised output Õ per query row"),
+            *(key_block(p, j, c0, c1) for j, (c0, c1) in enumerate(bounds, start=1)),
+            section("Step 4 — normalise once at the end; keep the log-sum-exp", [
+                # O = Õ_T / ℓ_T   (one division, at the end)
+                Step("OUTPUT", f"O = Õ{t} / ℓ{t}", Map("={A}/{L}", A=f"ACC_B{t}", L=f"L_B{t}"),
+                     "Divide the accumulated output by the running sum once, at the end "
+                     "(FlashAttention-2)."),
+                # LSE = m_T + ln ℓ_T
+                Step("LSE", f"L = m{t} + ln ℓ{t}", Map("={M}+LN({L})", M=f"M_B{t}", L=f"L_B{t}"),
+                     "log Σ_j exp(s_ij): what the kernel saves for the backward pass.",
+                     col_labels=["lse"])]),
+            section("Step 5 — for comparison: standard attention holds the whole n×n score "
+                    "matrix at once", *comparison(p)),
+        ]
+
+    @classmethod
+    def describe(cls, p):
+        return super().describe(p) + f" ({len(block_bounds(p))} blocks)"
+
+
+# sheet text in Chinese (workbook_builder/i18n.py): attention's, then flash's own (the
+# longer "Key block" entries first)
+Flash.translations = {"zh": {**Attention.translations["zh"],
+    "FlashAttention: blockwise online softmax (running max and sum), exact":
+        "FlashAttention：分块在线 Softmax（运行最大值与运行和），结果精确",
+    "Step 3 — FlashAttention: {t} key block(s) of B = {b}, one at a time, keeping only a "
+    "running max m, a running sum ℓ and an unnormalised output Õ per query row":
+        "Step 3：FlashAttention — {t} 个键块（B = {b}），逐块处理，每个查询行只保留运行最大值 m、"
+        "运行和 ℓ 与未归一化输出 Õ",
+    "Key block {j}: keys {keys}; query row {rows} skip it (grey: wholly above their "
+    "diagonal, the state passes through unchanged)":
+        "键块 {j}：键 {keys}；查询行 {rows} 跳过它（灰色：整块位于对角线上方，状态原样传递）",
+    "Key block {j}: keys {keys}; query rows {rows} skip it (grey: wholly above their "
+    "diagonal, the state passes through unchanged)":
+        "键块 {j}：键 {keys}；查询行 {rows} 跳过它（灰色：整块位于对角线上方，状态原样传递）",
+    "Key block {j}: keys {keys}": "键块 {j}：键 {keys}",
+    "Scaled scores of every query against keys {a}–{b} only: n×B cells, never the whole n×n "
+    "matrix. Grey 'skip' cells (causal) belong to query blocks that never visit this key "
+    "block.": "每个查询只与键 {a}–{b} 的缩放分数：n×B 个单元格，从不需要整个 n×n 矩阵。"
+              "灰色 skip 单元格（因果）属于从不访问该键块的查询块。",
+    "Running row max over the keys seen so far (skipped rows keep theirs).":
+        "到目前为止见过的键上的运行行最大值（跳过的行保持不变）。",
+    "Unnormalised weights under the running max; masked keys give 0.":
+        "以运行最大值为基准的未归一化权重；被掩码的键为 0。",
+    "Running softmax denominator, rescaled to the current max.":
+        "运行中的 Softmax 分母，按当前最大值重新缩放。",
+    "Running weighted sum of value rows, not yet divided by ℓ.": "值行的运行加权和，尚未除以 ℓ。",
+    "1 when the max did not move; below 1 when this block raised it.":
+        "最大值未变时为 1；本块抬高了最大值时小于 1。",
+    "Step 4 — normalise once at the end; keep the log-sum-exp":
+        "Step 4：最后统一归一化一次；保留 log-sum-exp",
+    "Divide the accumulated output by the running sum once, at the end (FlashAttention-2).":
+        "最后一次性把累积输出除以运行和（FlashAttention-2）。",
+    "log Σ_j exp(s_ij): what the kernel saves for the backward pass.":
+        "log Σ_j exp(s_ij)：内核为反向传播保存的量。",
+    "Step 5 — for comparison: standard attention holds the whole n×n score matrix at once":
+        "Step 5：对照 — 标准注意力一次保存整个 n×n 分数矩阵",
+    "The same scores FlashAttention computed block by block.":
+        "与 FlashAttention 逐块计算的分数相同。",
+    "Largest difference between the two outputs: rounding only (about 1e-16), because the "
+    "online softmax is exact.": "两种输出的最大差异：只有舍入误差（约 1e-16），因为在线 Softmax "
+                               "是精确的。",
+    "score cells held at once": "同时保存的分数单元格数", "standard: n²": "标准：n²",
+    "flash: n·B": "flash：n·B", "flash vs std": "flash 对比标准",
+    "P{a} = exp(S{b} − m{c}) if key ≤ query": "P{a} = exp(S{b} − m{c})（键 ≤ 查询时）",
+    "{sizes} ({n} blocks); layout={layout}": "{sizes}（{n} 个块）; layout={layout}",
+}}
