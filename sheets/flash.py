@@ -24,7 +24,7 @@ from sheets._bands import (
     scaled_scores,
     softmax_steps,
 )
-from sheets.attention import Attention, AttentionParams
+from sheets.attention import AttentionParams
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Cell, Custom, Kind, Map, MatMul, Step, Table, rows_of, section
 
@@ -145,14 +145,17 @@ def accumulate(j, c0, c1, skip) -> Step:
 
 
 def key_block(p, j, c0, c1):
-    """Key block j's section; its header names keys by position (a section title sees
-    the parameters, not the token labels, which S_Bj shows as its column labels)."""
+    """Key block j's section, its header naming the block's key tokens."""
     skip = frozenset(range(c0)) if p.causal else frozenset()  # rows of earlier query blocks
-    keys = f"{c1}" if c1 - c0 == 1 else f"{c0 + 1}–{c1}"
+
+    def keys(labels) -> str:
+        tokens = labels["tokens"]
+        return tokens[c0] if c1 - c0 == 1 else f"{tokens[c0]}…{tokens[c1 - 1]}"
+
     rows = "query row 1" if c0 == 1 else f"query rows 1–{c0}"
     note = f"; {rows} skip it (grey: wholly above their diagonal, the state passes through " \
            f"unchanged)" if skip else ""
-    return section(f"Key block {j}: keys {keys}{note}", [
+    return section(lambda labels: f"Key block {j}: keys {keys(labels)}{note}", [
         scores(p, j, c0, c1, skip), running_max(p, j, c0, c1, skip),
         *([rescale(j)] if j > 1 else []), probabilities(p, j, c0, c1, skip),
         running_sum(j, skip), accumulate(j, c0, c1, skip)], bold=False)
@@ -241,9 +244,9 @@ class Flash(Kind):
         return super().describe(p) + f" ({len(block_bounds(p))} blocks)"
 
 
-# sheet text in Chinese (workbook_builder/i18n.py): attention's, then flash's own (the
-# longer "Key block" entries first)
-Flash.translations = {"zh": {**Attention.translations["zh"],
+# sheet text in Chinese (workbook_builder/teaching/i18n.py); the longer "Key block" entries
+# first
+Flash.translations = {"zh": {
     "FlashAttention: blockwise online softmax (running max and sum), exact":
         "FlashAttention：分块在线 Softmax（运行最大值与运行和），结果精确",
     "Step 3 — FlashAttention: {t} key block(s) of B = {b}, one at a time, keeping only a "

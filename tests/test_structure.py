@@ -45,10 +45,13 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in modules.items():
         edges = set()
+        # a module's own packages are initialised before it runs: no edge back to them
+        ancestors = {".".join(name.split(".")[:k]) for k in range(1, name.count(".") + 1)}
         for target, _, _ in imports_of(path, modules):
             # importing a.b.c runs a and a.b first
             parts = target.split(".")
-            edges |= {".".join(parts[:k]) for k in range(1, len(parts) + 1)} & set(modules)
+            edges |= ({".".join(parts[:k]) for k in range(1, len(parts) + 1)} & set(modules)) \
+                - ancestors
         graph[name] = edges - {name}
     return graph
 
@@ -98,7 +101,8 @@ def test_the_machinery_knows_nothing_of_the_command_line():
                      if isinstance(node, ast.ImportFrom) and node.module}
         assert "argparse" not in imported, name
         assert not any(m.startswith("workbook_builder.cli") for m in imported), name
-        assert "print(" not in path.read_text(encoding="utf-8"), f"{name} prints"
+        if name.startswith("workbook_builder"):
+            assert "print(" not in path.read_text(encoding="utf-8"), f"{name} prints"
 
 
 def test_no_project_import_hides_inside_a_function():

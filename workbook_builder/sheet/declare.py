@@ -453,14 +453,15 @@ Item = Input | Step | Table
 
 @dataclass(frozen=True)
 class Section:
-    """A header line, then bands of blocks, each band placed side by side."""
+    """A header line, then bands of blocks, each band placed side by side. A title that
+    names tokens is a function of the sheet's label sets."""
 
-    title: str
+    title: str | Callable[[Mapping[str, Sequence]], str]
     bands: tuple[tuple[Item, ...], ...] = ()
     bold: bool = True
 
 
-def section(title: str, *bands: Item | Sequence[Item], bold: bool = True) -> Section:
+def section(title: str | Callable[[Mapping[str, Sequence]], str], *bands: Item | Sequence[Item], bold: bool = True) -> Section:
     """section("Step 1 — inputs", [X, W_Q], [Q]): each list is a band; a lone item is a
     band of its own."""
     return Section(title, tuple(tuple(b) if isinstance(b, list | tuple) else (b,)

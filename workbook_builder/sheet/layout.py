@@ -90,7 +90,9 @@ class SheetWriter:
     def write(self, sections: Iterable[Section], inputs: Mapping[str, np.ndarray]) -> None:
         """Every section in order: its header line, then its bands."""
         for sec in sections:
-            self.text(text_of(sec.title, self.params), bold=sec.bold)
+            title = sec.title(self.label_sets) if callable(sec.title) else \
+                text_of(sec.title, self.params)
+            self.text(title, bold=sec.bold)
             for band in sec.bands:
                 self._band = [self.row, self.margin, self.row]
                 for item in band:
