@@ -153,3 +153,10 @@ class TwoSequenceKind(Kind):
     @classmethod
     def label_sets(cls, p, labels):
         return {"tokens": labels, "src": labels[:p.src_len], "tgt": labels[p.src_len:]}
+
+
+def position_label_sets(cls, p, labels):
+    """Label sets of a kind whose formulas read 0-based positions from their labels:
+    "positions" = 0 … n−1 besides "tokens". In the kind: label_sets =
+    classmethod(position_label_sets)."""
+    return {"tokens": labels, "positions": list(range(p.seq_len))}

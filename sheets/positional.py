@@ -1,0 +1,249 @@
+"""Kind `positional`: sinusoidal positional encoding added to X, and rotary embeddings
+(RoPE) applied to Q and K, with the relative-position property of RoPE as a live cell.
+
+    PE_ANGLE = pos / b^(2i/d_model)   PE = [sin, cos] interleaved   X_PE = X + PE
+    Q = X·W_Q   K = X·W_K   ROPE_ANGLE = pos · b^(−2i/d_k)   cos, sin
+    pair (a, b) → (a·cos θ − b·sin θ,  b·cos θ + a·sin θ)   (--rope interleaved | half)
+    SCORES = Q_ROT·K_ROTᵀ
+    REL_SCORES[m,n] = (R_m q₁)·(R_n k₁)   REL_GAP = max |REL[m,n] − REL[m+1,n+1]| ≈ 0
+
+The two encodings are alternatives, shown side by side: RoPE models (LLaMA) add no PE, so
+Q and K are projected from the plain X. Positions count from 0: the angle formulas read
+them from their row labels (the label set "positions").
+"""
+
+from dataclasses import asdict, dataclass, field
+
+from reference.positional import positional_ref
+from sheets._bands import W_K, W_Q, position_label_sets
+from workbook_builder.errors import UserError
+from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
+from workbook_builder.sheet.refs import range_ref
+
+ROPE_CONVENTIONS = ["interleaved", "half"]
+
+
+@dataclass(frozen=True)
+class PositionalParams:
+    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X), at least 2"})
+    d_model: int = field(default=4, metadata={"help": "embedding width, even"})
+    d_k: int = field(default=4, metadata={"help": "query/key width, even (RoPE rotates pairs)"})
+    rope: str = field(default="interleaved", metadata={
+        "choices": ROPE_CONVENTIONS,
+        "help": "RoPE pairs: interleaved (x_2i, x_2i+1) as RoFormer/Meta LLaMA, or half "
+                "(x_i, x_i+d_k/2) as GPT-NeoX/HF LLaMA"})
+    base: int = field(default=10000, metadata={
+        "help": "frequency base b of both encodings (10000 in the paper; rope_theta)"})
+
+
+@dataclass(frozen=True)
+class _Titled(PositionalParams):
+    """The parameters plus the first token's label for Part C's title (titles fill only
+    parameter slots)."""
+
+    first_token: str = "t1"
+
+
+def pair_of(j: int, d: int, convention: str) -> tuple[int, int, int, bool]:
+    """(pair index i, column a, column b, is j the second member) of column j."""
+    if convention == "interleaved":
+        i = j // 2
+        return i, 2 * i, 2 * i + 1, j % 2 == 1
+    half = d // 2
+    i = j % half
+    return i, i, i + half, j >= half
+
+
+def rotated(src: str, first_row_only: bool = False) -> Custom:
+    """Row pos of `src` (or its first row, anchored, at every pos) rotated by the angles of
+    position pos: a' = a·cos θ − b·sin θ,  b' = b·cos θ + a·sin θ. One formula per cell."""
+    def each(i, j, env):
+        x, cos, sin = env[src], env["ROPE_COS"], env["ROPE_SIN"]
+        pair, a, b, second = pair_of(j, x.cols, env.params.rope)
+        ref = (lambda c: x.fixed(0, c)) if first_row_only else (lambda c: x.cell(i, c))
+        c, s = cos.cell(i, pair), sin.cell(i, pair)
+        return f"={ref(b)}*{c}+{ref(a)}*{s}" if second else f"={ref(a)}*{c}-{ref(b)}*{s}"
+
+    return Custom("seq_len", "d_k", each)
+
+
+def pe_cell(i, j, env):  # PE[pos,2i] = sin θ[pos,i], PE[pos,2i+1] = cos θ[pos,i]
+    return f"={'COS' if j % 2 else 'SIN'}({env['PE_ANGLE'].cell(i, j // 2)})"
+
+
+def rel_diff_cell(i, j, env):  # |REL[m,n] − REL[m+1,n+1]|: the same offset m − n
+    rel = env["REL_SCORES"]
+    return f"=ABS({rel.cell(i, j)}-{rel.cell(i + 1, j + 1)})"
+
+
+def rel_diff_whole(env):  # the same as REL less its last row/column minus REL less its first
+    rel, last = env["REL_SCORES"], env.me.rows - 1
+    top, bottom = (range_ref(rel.top + k, rel.left + k, rel.top + k + last,
+                             rel.left + k + last, fix_row=True, fix_col=True) for k in (0, 1))
+    return f"=ABS({top}-{bottom})"
+
+
+def rel_gap_cell(i, j, env):  # max over REL_DIFF
+    return f"=MAX({env['REL_DIFF'].whole()})"
+
+
+def _below_last(p):  # REL_DIFF compares positions m and m+1: m = 0 … n−2
+    return list(range(p.seq_len - 1))
+
+
+X = Input("X", "seq_len", "d_model", "token embeddings",
+          note="One row per token; row p sits at position p (from 0).")
+ROTATION = "(a, b) → (a·cos θ − b·sin θ, b·cos θ + a·sin θ)"
+ANGLES = {"row_labels": "positions", "corner": "pos\\i"}  # a block of angles θ[pos,i]
+
+
+class Positional(Kind):
+    name = "positional"
+    summary = "sinusoidal PE added to X; RoPE on Q, K (--rope interleaved|half); offset check"
+    sheet_title = "Positional"
+    Params = PositionalParams
+    reference = staticmethod(positional_ref)
+    inputs = [X, W_Q, W_K]
+    label_sets = classmethod(position_label_sets)
+    test_cases = [
+        {"seq_len": 3, "d_model": 2, "d_k": 2},
+        {"seq_len": 5, "d_model": 6, "d_k": 4, "rope": "half", "base": 100},
+        {"seq_len": 2, "d_model": 4, "d_k": 6, "rope": "interleaved", "base": 10},
+    ]
+    demo_cases = [
+        ("positional", {"seq_len": 4, "d_model": 4, "d_k": 4}),
+        ("positional_rope_half", {"seq_len": 6, "d_model": 6, "d_k": 4, "rope": "half",
+                                  "base": 100}),
+    ]
+
+    @classmethod
+    def validate(cls, p):
+        super().validate(p)
+        if p.seq_len < 2:
+            raise UserError("--seq-len must be at least 2 (the relative-position check "
+                            "compares neighbouring positions)")
+        for flag, value in (("--d-model", p.d_model), ("--d-k", p.d_k)):
+            if value % 2:
+                raise UserError(f"{flag} must be even (sin/cos and RoPE work on pairs), "
+                                f"got {value}")
+        if p.rope not in ROPE_CONVENTIONS:
+            raise UserError(f"--rope must be one of {', '.join(ROPE_CONVENTIONS)}, "
+                            f"got {p.rope!r}")
+
+    @classmethod
+    def lay_out(cls, sheet, p, inputs, labels):
+        super().lay_out(sheet, _Titled(**asdict(p), first_token=labels[0]), inputs, labels)
+
+    @classmethod
+    def sections(cls, p):
+        pairs = ("interleaved pairs (x_2i, x_2i+1)" if p.rope == "interleaved"
+                 else f"half pairs (x_i, x_i+{p.d_k // 2})")
+        return [
+            section("Step 1 — inputs: token rows X and the projection weights", [X, W_Q, W_K]),
+            section(
+                "Part A — sinusoidal encoding (Vaswani et al.): angle pos/{base}^(2i/{d_model}),"
+                " sin in even columns, cos in odd, added to X",
+                [Step("PE_ANGLE", "θ = pos / {base}^(2i/{d_model})",  # pos, i: the labels
+                      Map("={ROW_LABEL}/POWER({base},2*{COL_LABEL}/{d_model})",
+                          rows="seq_len", cols=lambda p: p.d_model // 2),
+                      "Frequency i turns once every 2π·b^(2i/d) positions: fast in the first "
+                      "columns, slow in the last.",
+                      col_labels=lambda p: list(range(p.d_model // 2)), **ANGLES),
+                 Step("PE", "PE[pos,2i] = sin θ,  PE[pos,2i+1] = cos θ",
+                      Custom("seq_len", "d_model", pe_cell),
+                      "Each pair of columns is a point on a circle turning at its own speed.",
+                      row_labels="positions", corner="pos", col_labels=lambda p: [
+                          f"{'cos' if j % 2 else 'sin'}{j // 2}" for j in range(p.d_model)]),
+                 Step("X_PE", "X + PE", Map("={X}+{PE}"),
+                      "The embeddings with their positions mixed in (the paper also scales X "
+                      "by √d_model first; here X is used as given).")]),
+            section(
+                f"Part B — RoPE: rotate {pairs} of q and k by pos·{{base}}^(−2i/{{d_k}})",
+                [Step("Q", "Q = X·W_Q", MatMul("X", "W_Q"),
+                      "Queries from the plain X: RoPE replaces the added encoding."),
+                 Step("K", "K = X·W_K", MatMul("X", "W_K"), "Keys from the plain X.")],
+                [Step("ROPE_ANGLE", "θ = pos · {base}^(−2i/{d_k})",  # pos, i: the labels
+                      Map("={ROW_LABEL}*POWER({base},-2*{COL_LABEL}/{d_k})",
+                          rows="seq_len", cols=lambda p: p.d_k // 2),
+                      "Rotation angle of pair i at each position.",
+                      col_labels=lambda p: list(range(p.d_k // 2)), **ANGLES),
+                 Step("ROPE_COS", "cos θ", Map("=COS({A})", A="ROPE_ANGLE"), corner="pos\\i"),
+                 Step("ROPE_SIN", "sin θ", Map("=SIN({A})", A="ROPE_ANGLE"), corner="pos\\i")],
+                [Step("Q_ROT", f"R_pos·q: {ROTATION}", rotated("Q"),  # row pos by position pos
+                      f"Each query rotated by its own position; {pairs}.",
+                      row_labels="tokens", col_labels="k"),
+                 Step("K_ROT", f"R_pos·k: {ROTATION}", rotated("K"),
+                      f"Each key rotated by its own position; {pairs}.",
+                      row_labels="tokens", col_labels="k"),
+                 Step("SCORES", "S = Q_ROT·K_ROTᵀ", MatMulT("Q_ROT", "K_ROT"),
+                      "Position-aware scores (scale and softmax as in the attention kind).")]),
+            section(
+                "Part C — the score of q₁ (token {first_token}'s query) at position m with k₁ "
+                "at position n depends only on m − n",
+                [Step("REL_Q_ROT", "R_m·q₁ (row m: q₁ placed at position m)",
+                      rotated("Q", first_row_only=True),
+                      "The same query content at every position.",
+                      row_labels="positions", col_labels="k", corner="m"),
+                 Step("REL_K_ROT", "R_n·k₁ (row n: k₁ placed at position n)",
+                      rotated("K", first_row_only=True),
+                      "The same key content at every position.",
+                      row_labels="positions", col_labels="k", corner="n")],
+                [Step("REL_SCORES", "(R_m q₁)·(R_n k₁)", MatMulT("REL_Q_ROT", "REL_K_ROT"),
+                      "Constant along every diagonal: only m − n matters."),
+                 Step("REL_DIFF", "|REL[m,n] − REL[m+1,n+1]|",
+                      Custom(lambda p: p.seq_len - 1, lambda p: p.seq_len - 1,
+                             rel_diff_cell, whole=rel_diff_whole),
+                      "Zero up to rounding: moving both tokens by one position leaves their "
+                      "score unchanged.",
+                      row_labels=_below_last, col_labels=_below_last, corner="m\\n"),
+                 Step("REL_GAP", "max |difference|", Custom(1, 1, rel_gap_cell),
+                      "The largest change of any score when both positions shift by one: "
+                      "about 1e-16, i.e. exactly relative. Edit X or W_Q/W_K and it stays ≈ 0.",
+                      row_labels=["max"], col_labels=["gap"])]),
+        ]
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+Positional.translations = {"zh": {
+    "sinusoidal PE added to X; RoPE on Q, K (--rope interleaved|half); offset check":
+        "正弦位置编码加到 X 上；对 Q、K 做 RoPE（--rope interleaved|half）；平移不变性检查",
+    "One row per token; row p sits at position p (from 0).":
+        "每行一个词；第 p 行位于位置 p（从 0 开始）。",
+    "Part A — sinusoidal encoding (Vaswani et al.): angle pos/{b}^(2i/{d}), sin in even "
+    "columns, cos in odd, added to X": "A 部分：正弦位置编码（Vaswani 等）：角度 pos/{b}^(2i/{d})，"
+                                       "偶数列取 sin，奇数列取 cos，加到 X 上",
+    "Frequency i turns once every 2π·b^(2i/d) positions: fast in the first columns, slow in "
+    "the last.": "频率 i 每 2π·b^(2i/d) 个位置转一圈：前面的列转得快，后面的列转得慢。",
+    "Each pair of columns is a point on a circle turning at its own speed.":
+        "每一对列是圆上的一个点，以各自的速度转动。",
+    "The embeddings with their positions mixed in (the paper also scales X by √d_model "
+    "first; here X is used as given).": "混入位置信息后的嵌入（论文还会先把 X 乘以 √d_model；"
+                                       "这里直接使用给定的 X）。",
+    # {how}: "interleaved" or "half", {who}: "query" or "key", translated by the last line
+    "Part B — RoPE: rotate {how} pairs ({pair}) of q and k by pos·{b}^(−2i/{d})":
+        "B 部分：RoPE — 把 q 和 k 的{how}配对 ({pair}) 旋转 pos·{b}^(−2i/{d})",
+    "Each {who} rotated by its own position; {how} pairs ({pair}).":
+        "每个{who}按自己的位置旋转；{how}配对 ({pair})。",
+    "interleaved": "交错", "half": "前后半", "query": "查询", "key": "键",
+    "Queries from the plain X: RoPE replaces the added encoding.":
+        "由原始 X 得到的查询：RoPE 取代了加性位置编码。",
+    "Keys from the plain X.": "由原始 X 得到的键。",
+    "Rotation angle of pair i at each position.": "每个位置上第 i 对的旋转角度。",
+    "Position-aware scores (scale and softmax as in the attention kind).":
+        "带位置信息的分数（缩放和 Softmax 与 attention 类型相同）。",
+    "Part C — the score of q₁ (token {tok}'s query) at position m with k₁ at position n "
+    "depends only on m − n":
+        "C 部分：q₁（词 {tok} 的查询）在位置 m、k₁ 在位置 n 时的分数只取决于 m − n",
+    "The same query content at every position.": "每个位置上都是同一个查询内容。",
+    "The same key content at every position.": "每个位置上都是同一个键内容。",
+    "R_m·q₁ (row m: q₁ placed at position m)": "R_m·q₁（第 m 行：q₁ 放在位置 m）",
+    "R_n·k₁ (row n: k₁ placed at position n)": "R_n·k₁（第 n 行：k₁ 放在位置 n）",
+    "Constant along every diagonal: only m − n matters.": "沿每条对角线不变：只有 m − n 起作用。",
+    "Zero up to rounding: moving both tokens by one position leaves their score unchanged.":
+        "除舍入误差外为零：两个词同时移动一个位置，分数不变。",
+    "The largest change of any score when both positions shift by one: about 1e-16, i.e. "
+    "exactly relative. Edit X or W_Q/W_K and it stays ≈ 0.":
+        "两个位置同时平移一位时，任一分数的最大变化：约 1e-16，即严格只依赖相对位置。"
+        "修改 X 或 W_Q/W_K，它仍 ≈ 0。",
+    "max |difference|": "最大 |差值|", "gap": "差距", "pos": "位置", "pos\\i": "位置\\i",
+}}

@@ -1,0 +1,203 @@
+"""Kind `sliding-window`: Longformer-style local attention with optional global tokens.
+
+    Q = X·W_Q   K = X·W_K   V = X·W_V   S = Q·Kᵀ/√d_k
+    g_i = 1 if position i is global
+    M_ij = 1 if |i − j| ≤ w or g_i = 1 or g_j = 1, else 0        (w one-sided)
+    m_i = max_{j: M_ij=1} S_ij   P = M·exp(S − m)   ℓ = Σ_j P   A = P/ℓ   O = A·V
+"""
+
+from dataclasses import dataclass, field, replace
+
+from reference.sliding_window import sliding_window_ref
+from sheets._bands import (
+    QKV_INPUTS,
+    ValueWidth,
+    position_label_sets,
+    projections,
+    scaled_scores,
+    softmax_steps,
+)
+from workbook_builder.errors import UserError
+from workbook_builder.sheet import Cell, Custom, Kind, MatMul, Step, section
+
+
+def parse_global(text: str) -> list[int]:
+    """'0,5' -> [0, 5] (sorted, duplicates dropped); '' -> []. Written again here on purpose:
+    a sheet imports only its own reference function (reference.sliding_window has the
+    same)."""
+    return sorted({int(part) for part in text.split(",") if part.strip()})
+
+
+@dataclass(frozen=True)
+class SlidingWindowParams(ValueWidth):
+    seq_len: int = field(default=6, metadata={"help": "tokens n (rows of X)"})
+    d_model: int = field(default=4, metadata={"help": "embedding width (columns of X)"})
+    d_k: int = field(default=4, metadata={"help": "query/key width (columns of W_Q, W_K)"})
+    d_v: int | None = field(default=None, metadata={
+        "help": "value width (columns of W_V); default d_k"})
+    window: int = field(default=1, metadata={
+        "help": "one-sided window w: query i sees keys i−w … i+w (0 = itself only)"})
+    global_tokens: str = field(default="", metadata={
+        "metavar": "I,J,…", "flag": "--global",  # `global` is a Python keyword
+        "help": "0-based positions of global tokens, e.g. 0,5 (they see and are seen by "
+                "every token)"})
+
+    @property
+    def global_positions(self) -> list[int]:
+        return parse_global(self.global_tokens)
+
+
+# g_i = 1 if position i (the row label) is listed in --global
+def global_cell(i, j, env):
+    tests = ",".join(f"{env.me.row_label(i)}={g}" for g in env.params.global_positions)
+    return f"=IF(OR({tests}),1,0)"
+
+
+def global_whole(env):  # OR would collapse an array to one value; a sum of tests does not
+    # "0+" turns a lone TRUE/FALSE into a number: Excel ranks TRUE and FALSE above 0
+    tests = "+".join(f"({env.me.row_labels()}={g})" for g in env.params.global_positions)
+    return f"=IF(0+{tests}>0,1,0)"
+
+
+# M_ij = 1 if |j − i| ≤ w or g_i = 1 or g_j = 1; the labels are the 0-based positions
+def mask_cell(i, j, env):
+    band = f"ABS({env.me.col_label(j)}-{env.me.row_label(i)})<={env.params.window}"
+    if not env.params.global_positions:
+        return f"=IF({band},1,0)"
+    flags = env["GLOBAL"]
+    return f"=IF(OR({band},{flags.fixed(i, 0)}=1,{flags.fixed(j, 0)}=1),1,0)"
+
+
+def mask_whole(env):
+    band = f"(ABS({env.me.col_labels()}-{env.me.row_labels()})<={env.params.window})"
+    if not env.params.global_positions:
+        return f"=IF({band},1,0)"
+    flags = env["GLOBAL"].whole()
+    return f"=IF({band}+{flags}+TRANSPOSE({flags})>0,1,0)"
+
+
+# m_i = max_{j: M_ij=1} S_ij: a single-cell array formula per row (MAX over an IF)
+def row_max_cell(i, j, env):
+    return Cell(f"=MAX(IF({env['MASK'].row(i)}=1,{env['SCALED'].row(i)},-1E+30))",
+                array=True)
+
+
+def masked_softmax() -> list[Step]:
+    """The shared row softmax over entries with M_ij = 1 (any pattern, not only a causal
+    prefix): its row max reads the mask instead of ending at the diagonal."""
+    row_max, exp, row_sum, weights = softmax_steps(mask="MASK")
+    return [
+        replace(row_max, equation="m = max_{j: M_ij=1} S_ij",
+                formula=Custom("seq_len", 1, row_max_cell), row_labels="tokens",
+                explanation="Largest allowed score of each row (an array formula: MAX over "
+                            "IF(mask=1, score, -1E+30)); the −1E+30 never wins because every "
+                            "row allows its own position."),
+        replace(exp, equation="P = exp(S − m) if M = 1 else 0",
+                explanation="Exponential of each shifted allowed score; masked entries "
+                            "are 0."),
+        row_sum,
+        replace(weights, explanation="Attention weights: zero outside the band, each row "
+                                     "sums to 1."),
+    ]
+
+
+class SlidingWindow(Kind):
+    name = "sliding-window"
+    summary = "Longformer sliding-window attention (--window w one-sided, --global tokens)"
+    sheet_title = "SlidingWindow"
+    Params = SlidingWindowParams
+    reference = staticmethod(sliding_window_ref)
+    inputs = QKV_INPUTS
+    label_sets = classmethod(position_label_sets)
+    test_cases = [
+        {"seq_len": 5, "d_model": 3, "d_k": 2, "window": 1},
+        {"seq_len": 6, "d_model": 4, "d_k": 3, "d_v": 2, "window": 1,
+         "global_tokens": "0,4"},
+        {"seq_len": 4, "d_model": 2, "d_k": 2, "window": 0, "global_tokens": "3"},
+    ]
+    demo_cases = [
+        ("sliding_window", {"seq_len": 8, "d_model": 4, "d_k": 4, "window": 1}),
+        ("sliding_window_global", {"seq_len": 8, "d_model": 4, "d_k": 4, "window": 1,
+                                   "global_tokens": "0,5"}),
+    ]
+
+    @classmethod
+    def validate(cls, p):
+        super().validate(replace(p, window=1))  # sizes positive; a window may be 0
+        if p.window < 0:
+            raise UserError(f"--window must be 0 or more (keys on each side), got {p.window}")
+        try:
+            positions = p.global_positions
+        except ValueError:
+            raise UserError(f"--global must be comma-separated whole numbers, got "
+                            f"{p.global_tokens!r}") from None
+        outside = [g for g in positions if not 0 <= g < p.seq_len]
+        if outside:
+            raise UserError(f"--global position {outside[0]} is outside the sequence "
+                            f"(positions 0 … {p.seq_len - 1})")
+
+    @classmethod
+    def sections(cls, p):
+        shown = ", ".join(map(str, p.global_positions)) or "none"
+        flags = [Step("GLOBAL", "g_i = 1 if i is a global position",
+                      Custom("seq_len", 1, global_cell, whole=global_whole),
+                      "Global tokens (e.g. [CLS]) attend to every token and every token "
+                      "attends to them.", row_labels="positions", col_labels=["global"],
+                      corner="position")] if p.global_positions else []
+        mask = Step("MASK", "1 if |j − i| ≤ {window}" + (" or i, j global" if flags else ""),
+                    Custom("seq_len", "seq_len", mask_cell, whole=mask_whole),
+                    "The band: query i sees keys within w positions on either side, plus "
+                    "the global tokens. Masked entries are left out of the softmax, so no "
+                    "−∞ is needed.", row_labels="positions", col_labels="positions",
+                    corner="query\\key", heatmap=True)
+        return [
+            section("Step 1 — inputs: token rows X and the projection weights", QKV_INPUTS),
+            section("Step 2 — queries, keys, values and scaled scores (as in full "
+                    "attention)", projections(), scaled_scores()),
+            section(f"Step 3 — the band mask: window w = {{window}} on each side, global "
+                    f"positions: {shown}", flags + [mask]),
+            section("Step 4 — softmax over the allowed keys only: max, exp, sum, divide",
+                    masked_softmax()),
+            section("Step 5 — weighted sum of the values", Step(
+                "OUTPUT", "O = A·V", MatMul("WEIGHTS", "V"),
+                "Each output row mixes only the value rows its query may see.")),
+        ]
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+SlidingWindow.translations = {"zh": {
+    "Longformer sliding-window attention (--window w one-sided, --global tokens)":
+        "Longformer 滑动窗口注意力（--window w 为单侧窗口，--global 为全局词）",
+    "Step 2 — queries, keys, values and scaled scores (as in full attention)":
+        "Step 2：生成 Q、K、V 并计算缩放分数（与完整注意力相同）",
+    "Step 3 — the band mask: window w = {w} on each side, global positions: {g}":
+        "Step 3：带状掩码 — 每侧窗口 w = {w}，全局位置：{g}",
+    "The band: query i sees keys within w positions on either side, plus the global tokens. "
+    "Masked entries are left out of the softmax, so no −∞ is needed.":
+        "带状区域：查询 i 能看到两侧 w 个位置以内的键，以及全局词。被掩码的位置不参与 Softmax，"
+        "因此不需要 −∞。",
+    "Step 4 — softmax over the allowed keys only: max, exp, sum, divide":
+        "Step 4：只在允许的键上做 Softmax 归一化 — 最大值、指数、求和、相除",
+    "Largest allowed score of each row (an array formula: MAX over IF(mask=1, score, "
+    "-1E+30)); the −1E+30 never wins because every row allows its own position.":
+        "每行允许位置中的最大分数（数组公式：对 IF(mask=1, 分数, -1E+30) 取 MAX）；"
+        "−1E+30 永远不会胜出，因为每行都允许它自己的位置。",
+    "Exponential of each shifted allowed score; masked entries are 0.":
+        "每个允许位置平移后分数的指数；被掩码的位置为 0。",
+    "Attention weights: zero outside the band, each row sums to 1.":
+        "注意力权重：带外为零，每行和为 1。",
+    "P = exp(S − m) if M = 1 else 0": "P = exp(S − m)（M = 1 时），否则为 0",
+    "Step 5 — weighted sum of the values": "Step 5：加权求和 — Output = 注意力权重 · V",
+    "Each output row mixes only the value rows its query may see.":
+        "每个输出行只混合其查询可以看到的值行。",
+    "Global tokens (e.g. [CLS]) attend to every token and every token attends to them.":
+        "全局词（如 [CLS]）关注所有词，所有词也都关注它们。",
+    "g_i = 1 if i is a global position": "i 为全局位置时 g_i = 1",
+    "1 if |j − i| ≤ {w} or i, j global": "|j − i| ≤ {w} 或 i、j 为全局位置时为 1",
+    "position": "位置", "global": "全局",
+    # the explanations of the shared projections() and scaled_scores()
+    "Queries: what each token is looking for.": "查询 Q：每个词“在找什么”。",
+    "Keys: what each token offers to be found by.": "键 K：每个词“有什么标签”，供别的词查找。",
+    "Values: the content each token passes on.": "值 V：每个词实际传递的内容。",
+    "Dot product of query i with key j.": "查询 i 与键 j 的点积。",
+}}
