@@ -12,7 +12,7 @@ Q and K are projected from the plain X. Positions count from 0: the angle formul
 them from their row labels (the label set "positions").
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from reference.positional import positional_ref
 from sheets._bands import W_K, W_Q, position_label_sets
@@ -34,14 +34,6 @@ class PositionalParams:
                 "(x_i, x_i+d_k/2) as GPT-NeoX/HF LLaMA"})
     base: int = field(default=10000, metadata={
         "help": "frequency base b of both encodings (10000 in the paper; rope_theta)"})
-
-
-@dataclass(frozen=True)
-class _Titled(PositionalParams):
-    """The parameters plus the first token's label for Part C's title (titles fill only
-    parameter slots)."""
-
-    first_token: str = "t1"
 
 
 def pair_of(j: int, d: int, convention: str) -> tuple[int, int, int, bool]:
@@ -131,10 +123,6 @@ class Positional(Kind):
                             f"got {p.rope!r}")
 
     @classmethod
-    def lay_out(cls, sheet, p, inputs, labels):
-        super().lay_out(sheet, _Titled(**asdict(p), first_token=labels[0]), inputs, labels)
-
-    @classmethod
     def sections(cls, p):
         pairs = ("interleaved pairs (x_2i, x_2i+1)" if p.rope == "interleaved"
                  else f"half pairs (x_i, x_i+{p.d_k // 2})")
@@ -178,8 +166,9 @@ class Positional(Kind):
                  Step("SCORES", "S = Q_ROT·K_ROTᵀ", MatMulT("Q_ROT", "K_ROT"),
                       "Position-aware scores (scale and softmax as in the attention kind).")]),
             section(
-                "Part C — the score of q₁ (token {first_token}'s query) at position m with k₁ "
-                "at position n depends only on m − n",
+                lambda labels: f"Part C — the score of q₁ (token {labels['tokens'][0]}'s "
+                               f"query) at position m with k₁ at position n depends only on "
+                               f"m − n",
                 [Step("REL_Q_ROT", "R_m·q₁ (row m: q₁ placed at position m)",
                       rotated("Q", first_row_only=True),
                       "The same query content at every position.",

@@ -195,9 +195,4 @@ SlidingWindow.translations = {"zh": {
     "g_i = 1 if i is a global position": "i 为全局位置时 g_i = 1",
     "1 if |j − i| ≤ {w} or i, j global": "|j − i| ≤ {w} 或 i、j 为全局位置时为 1",
     "position": "位置", "global": "全局",
-    # the explanations of the shared projections() and scaled_scores()
-    "Queries: what each token is looking for.": "查询 Q：每个词“在找什么”。",
-    "Keys: what each token offers to be found by.": "键 K：每个词“有什么标签”，供别的词查找。",
-    "Values: the content each token passes on.": "值 V：每个词实际传递的内容。",
-    "Dot product of query i with key j.": "查询 i 与键 j 的点积。",
 }}
