@@ -3,6 +3,11 @@
 import re
 from pathlib import Path
 
+import pytest
+from conftest import KINDS
+
+from workbook_builder.sheet.kind import make_params
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -19,3 +24,29 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
     assert "attnsheets demo" in commands[0] and "pytest" in commands[1]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert commands[1] in ci.splitlines()
+
+
+def readme_section(kind_name: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(rf"^### `{re.escape(kind_name)}`.*?(?=^## |^### )", text, re.S | re.M)
+    assert match, f"the README has no section for kind {kind_name}"
+    return match.group(0)
+
+
+def documented_name(name: str) -> str:
+    """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj."""
+    return re.sub(r"_H\d+$", "_Hh", re.sub(r"_B\d+$", "_Bj", name))
+
+
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
+def test_the_readme_names_every_block_the_declaration_has(kind_name):
+    """The README's name tables are tested against the declarations: every input and every
+    step of every test case is named in the kind's section."""
+    kind = KINDS[kind_name]
+    section = readme_section(kind_name)
+    named = set(re.findall(r"`([A-Z][A-Za-z0-9_]*)`", section))
+    for case in kind.test_cases + [values for _, values in kind.demo_cases]:
+        params = make_params(kind, case)
+        names = list(kind.input_shapes(params)) + kind.step_names(params)
+        missing = sorted({documented_name(n) for n in names} - named)
+        assert not missing, f"README section of {kind_name} lacks {missing}"
