@@ -1,0 +1,183 @@
+"""Kind `additive`: Bahdanau (additive) attention, e_ij = vᵀ·tanh(W·s_i + U·h_j).
+
+    WS = DEC_S·W_A (+B_W)   UH = ENC_H·U_A (+B_U)
+    PRE(i,j) = WS_i + UH_j   HIDDEN = tanh(PRE)   (one row per decoder/encoder pair)
+    e_ij = HIDDEN(i,j)·V_A (+B_V)   α_i = softmax_j(e_i)   c_i = Σ_j α_ij h_j
+
+Without --bias it is the paper's form; --bias adds the nn.Linear biases of the PyTorch
+seq2seq tutorial (B_V cancels in the softmax but shows in SCORES).
+Tokens: `--tokens "SOURCE|TARGET"`, as for cross-attention.
+"""
+
+from dataclasses import dataclass, field
+
+from reference.additive import additive_ref
+from sheets._bands import TwoSequenceKind, softmax_steps
+from workbook_builder.sheet import Custom, Input, Map, MatMul, Step, rows_of, section
+
+
+@dataclass(frozen=True)
+class AdditiveParams:
+    src_len: int = field(default=4, metadata={"help": "source tokens n (encoder states h_j)"})
+    tgt_len: int = field(default=2, metadata={
+        "help": "decoder states m (rows s_i, one per target step)"})
+    d_enc: int = field(default=4, metadata={"help": "encoder state width (columns of ENC_H)"})
+    d_dec: int = field(default=4, metadata={"help": "decoder state width (columns of DEC_S)"})
+    d_att: int = field(default=3, metadata={"help": "attention hidden width (columns of W_A)"})
+    bias: bool = field(default=False, metadata={
+        "help": "add biases B_W, B_U, B_V as the PyTorch tutorial's nn.Linear layers"})
+
+
+MAIN_INPUTS = [
+    Input("ENC_H", "src_len", "d_enc", "encoder states h_j", "src", "e",
+          note="One row per source token (the paper's annotations h_j); keys and values at "
+               "once."),
+    Input("DEC_S", "tgt_len", "d_dec", "decoder states s_i", "tgt", "s",
+          note="One row per decoder step: the state before emitting that target token (the "
+               "paper's s_{i−1})."),
+    Input("W_A", "d_dec", "d_att", "W (decoder side)", "s", "a"),
+    Input("U_A", "d_enc", "d_att", "U (encoder side)", "e", "a"),
+    Input("V_A", "d_att", 1, "v", "a", ["v"]),
+]
+BIASES = [
+    Input("B_W", 1, "d_att", "bias of W", ["b"], "a", when="bias"),
+    Input("B_U", 1, "d_att", "bias of U", ["b"], "a", when="bias"),
+    Input("B_V", 1, 1, "bias of v", ["b"], ["v"], when="bias",
+          note="Adds the same number to every score of a row, so it cancels in the softmax."),
+]
+
+
+def projection(name: str, equation: str, side: str, states: str, weights: str, bias: bool,
+               explanation: str) -> Step:
+    """states·weights for one side ("src" or "tgt"); with the bias row B_W or B_U added,
+    one array formula per row."""
+    if not bias:
+        return Step(name, equation, MatMul(states, weights), explanation)
+    b = "B_" + weights[0]
+    return Step(name, f"{equation} + b_{weights[0]}", Custom(
+        f"{side}_len", "d_att",
+        each=lambda i, j, env: f"=MMULT({env[states].row(i)},{env[weights].col(j)})"
+                               f"+{env[b].cell(0, j)}",
+        per_row=lambda i, env: f"=MMULT({env[states].row(i)},{env[weights].whole()})"
+                               f"+{env[b].whole()}"),
+        explanation, row_labels=side, col_labels="a")
+
+
+# PRE row i·n + j pairs decoder step i with source token j
+def pre_cell(r: int, c: int, env) -> str:
+    n = env.params.src_len
+    return f"={env['WS'].cell(r // n, c)}+{env['UH'].cell(r % n, c)}"
+
+
+def pre_row(r: int, env) -> str:
+    n = env.params.src_len
+    return f"={env['WS'].row(r // n)}+{env['UH'].row(r % n)}"
+
+
+def plus_v(env) -> str:
+    return f"+{env['B_V'].fixed(0, 0)}" if env.params.bias else ""
+
+
+def score_cell(i: int, j: int, env) -> str:
+    """e_ij = HIDDEN(i,j)·v (+ b_v)."""
+    row = env["HIDDEN"].row(i * env.params.src_len + j)
+    return f"=MMULT({row},{env['V_A'].col(0)}){plus_v(env)}"
+
+
+def score_row(i: int, env) -> str:
+    """Row i of the scores: the n rows of HIDDEN for decoder step i, times v."""
+    n = env.params.src_len
+    return (f"=TRANSPOSE(MMULT({rows_of(env['HIDDEN'], i * n, i * n + n - 1)},"
+            f"{env['V_A'].whole()})){plus_v(env)}")
+
+
+class Additive(TwoSequenceKind):
+    name = "additive"
+    summary = "Bahdanau additive attention: score vᵀ·tanh(W·s + U·h_j), softmax, context"
+    sheet_title = "Additive"
+    Params = AdditiveParams
+    reference = staticmethod(additive_ref)
+    inputs = MAIN_INPUTS + BIASES
+    test_cases = [
+        {"src_len": 3, "tgt_len": 1, "d_enc": 2, "d_dec": 3, "d_att": 2},
+        {"src_len": 4, "tgt_len": 2, "d_enc": 3, "d_dec": 2, "d_att": 3, "bias": True},
+        {"src_len": 1, "tgt_len": 3, "d_enc": 1, "d_dec": 1, "d_att": 1, "bias": True},
+    ]
+    demo_cases = [
+        ("additive", {"src_len": 4, "tgt_len": 2, "d_enc": 4, "d_dec": 4, "d_att": 3}),
+        ("additive_bias", {"src_len": 5, "tgt_len": 3, "d_enc": 4, "d_dec": 4, "d_att": 4,
+                           "bias": True}),
+    ]
+
+    @classmethod
+    def label_sets(cls, p, labels):
+        sets = super().label_sets(p, labels)
+        return {**sets, "pairs": [f"{t}→{s}" for t in sets["tgt"] for s in sets["src"]]}
+
+    @classmethod
+    def sections(cls, p):
+        pre = "W·s_i+b_W + U·h_j+b_U" if p.bias else "W·s_i + U·h_j"
+        return [
+            section("Step 1 — inputs: encoder states h_j, decoder states s_i, the weights",
+                    MAIN_INPUTS, *([BIASES] if p.bias else [])),
+            # WS = S·W (+ b_W)   UH = H·U (+ b_U)
+            section("Step 2 — project both sides into the attention space", [
+                projection("WS", "W·s_i", "tgt", "DEC_S", "W_A", p.bias,
+                           "Decoder side of the score, once per decoder step."),
+                projection("UH", "U·h_j", "src", "ENC_H", "U_A", p.bias,
+                           "Encoder side of the score; it does not depend on the decoder "
+                           "step, so it is computed once.")]),
+            # PRE(i,j) = WS_i + UH_j   HIDDEN = tanh(PRE)
+            section("Step 3 — every (decoder step, source token) pair through tanh", [
+                Step("PRE", pre, Custom(lambda q: q.tgt_len * q.src_len, "d_att",
+                                        each=pre_cell, per_row=pre_row),
+                     "Row 'y→x': decoder step y's projection plus source token x's.",
+                     row_labels="pairs", col_labels="a", corner="s_i→h_j"),
+                Step("HIDDEN", "tanh(PRE)", Map("=TANH({P})", P="PRE"),
+                     "The one hidden layer of the alignment model.", corner="s_i→h_j")]),
+            # e_ij = vᵀ·HIDDEN(i,j) (+ b_v), softmax over j
+            section("Step 4 — scores e_ij = vᵀ·tanh(…), softmax over the source positions", [
+                Step("SCORES", "e_ij = vᵀ·tanh(W·s_i + U·h_j)" + (" + b_v" if p.bias else ""),
+                     Custom("tgt_len", "src_len", each=score_cell, per_row=score_row),
+                     "Alignment score of decoder step i with source token j.",
+                     row_labels="tgt", col_labels="src", corner="s_i\\h_j"),
+                *softmax_steps("SCORES", over="source tokens")]),
+            # c_i = Σ_j α_ij h_j
+            section("Step 5 — context vectors c_i = Σ_j α_ij h_j", Step(
+                "CONTEXT", "c = A·H", MatMul("WEIGHTS", "ENC_H"),
+                "Each decoder step's weighted average of the encoder states.")),
+        ]
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+Additive.translations = {"zh": {
+    "Bahdanau additive attention: score vᵀ·tanh(W·s + U·h_j), softmax, context":
+        "Bahdanau 加性注意力：分数 vᵀ·tanh(W·s + U·h_j)、Softmax、上下文向量",
+    "Step 1 — inputs: encoder states h_j, decoder states s_i, the weights":
+        "Step 1：输入 — 编码器状态 h_j、解码器状态 s_i、权重",
+    "One row per source token (the paper's annotations h_j); keys and values at once.":
+        "每行一个源词（论文中的注释向量 h_j）；同时充当键和值。",
+    "One row per decoder step: the state before emitting that target token (the paper's "
+    "s_{i−1}).": "每个解码步一行：输出该目标词之前的状态（论文中的 s_{i−1}）。",
+    "encoder states h_j": "编码器状态 h_j", "decoder states s_i": "解码器状态 s_i",
+    "W (decoder side)": "W（解码器侧）", "U (encoder side)": "U（编码器侧）",
+    "Step 2 — project both sides into the attention space": "Step 2：把两侧投影到注意力空间",
+    "Decoder side of the score, once per decoder step.": "分数的解码器侧部分，每个解码步一次。",
+    "Encoder side of the score; it does not depend on the decoder step, so it is computed "
+    "once.": "分数的编码器侧部分；它与解码步无关，因此只算一次。",
+    "Step 3 — every (decoder step, source token) pair through tanh":
+        "Step 3：每个（解码步，源词）对经过 tanh",
+    "Row 'y→x': decoder step y's projection plus source token x's.":
+        "行“y→x”：解码步 y 的投影加上源词 x 的投影。",
+    "The one hidden layer of the alignment model.": "对齐模型唯一的隐藏层。",
+    "Step 4 — scores e_ij = vᵀ·tanh(…), softmax over the source positions":
+        "Step 4：分数 e_ij = vᵀ·tanh(…)，在源位置上做 Softmax 归一化",
+    "Alignment score of decoder step i with source token j.": "解码步 i 与源词 j 的对齐分数。",
+    "Step 5 — context vectors c_i = Σ_j α_ij h_j":
+        "Step 5：加权求和 — 上下文向量 c_i = Σ_j α_ij h_j",
+    "Each decoder step's weighted average of the encoder states.":
+        "每个解码步对编码器状态的加权平均。",
+    "Adds the same number to every score of a row, so it cancels in the softmax.":
+        "给一行的每个分数加上同一个数，因此在 Softmax 中被抵消。",
+    "bias of W": "W 的偏置", "bias of U": "U 的偏置", "bias of v": "v 的偏置",
+}}

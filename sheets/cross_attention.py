@@ -1,0 +1,115 @@
+"""Kind `cross-attention`: queries from a target sequence Y, keys and values from a source
+sequence X (encoder–decoder attention), m ≠ n allowed.
+
+    Q = Y·W_Q (m×d_k)   K = X·W_K (n×d_k)   V = X·W_V (n×d_v)
+    S = Q·Kᵀ (m×n)   S/√d_k   m = max_j   P = exp(S − m)   ℓ = Σ_j P   A = P/ℓ
+    O = A·V (m×d_v)
+
+Tokens: `--tokens "SOURCE|TARGET"`, each side comma-separated, e.g. "我,爱,AI|I,love,AI".
+"""
+
+from dataclasses import dataclass, field, replace
+
+from reference.cross_attention import cross_attention_ref
+from sheets._bands import (
+    W_K,
+    W_Q,
+    W_V,
+    TwoSequenceKind,
+    ValueWidth,
+    projections,
+    scaled_scores,
+    softmax_steps,
+)
+from workbook_builder.sheet import Input, MatMul, Step, section
+
+
+@dataclass(frozen=True)
+class CrossAttentionParams(ValueWidth):
+    src_len: int = field(default=4, metadata={"help": "source tokens n (rows of X, the keys)"})
+    tgt_len: int = field(default=3, metadata={
+        "help": "target tokens m (rows of Y, the queries)"})
+    d_model: int = field(default=4, metadata={"help": "embedding width (columns of X and Y)"})
+    d_k: int = field(default=4, metadata={"help": "query/key width (columns of W_Q, W_K)"})
+    d_v: int | None = field(default=None, metadata={
+        "help": "value width (columns of W_V); default d_k"})
+
+
+X = Input("X", "src_len", "d_model", "source (encoder) rows", "src",
+          note="One row per source token; keys and values come from here.")
+Y = Input("Y", "tgt_len", "d_model", "target (decoder) rows", "tgt",
+          note="One row per target token; queries come from here.")
+
+
+def explained(steps: list[Step], *explanations: str) -> list[Step]:
+    """The shared steps with this kind's explanations (queries ≠ keys here)."""
+    return [replace(step, explanation=text) for step, text in zip(steps, explanations, strict=True)]
+
+
+class CrossAttention(TwoSequenceKind):
+    name = "cross-attention"
+    summary = "cross-attention: target queries Y·W_Q over source keys/values X (m ≠ n)"
+    sheet_title = "Cross-attention"
+    Params = CrossAttentionParams
+    reference = staticmethod(cross_attention_ref)
+    inputs = [X, Y, W_Q, W_K, W_V]
+    test_cases = [
+        {"src_len": 4, "tgt_len": 2, "d_model": 3, "d_k": 2},
+        {"src_len": 2, "tgt_len": 5, "d_model": 4, "d_k": 3, "d_v": 2},
+        {"src_len": 1, "tgt_len": 1, "d_model": 2, "d_k": 1},
+    ]
+    demo_cases = [("cross_attention", {"src_len": 4, "tgt_len": 3, "d_model": 4, "d_k": 4})]
+
+    @classmethod
+    def sections(cls, p):
+        scaled = "Dividing by √d_k keeps the scores from growing with width."
+        return [
+            section("Step 1 — inputs: source rows X (encoder), target rows Y (decoder), "
+                    "weights", cls.inputs),
+            # Q = Y·W_Q   K = X·W_K   V = X·W_V
+            section("Step 2 — queries from the target, keys and values from the source",
+                    explained(projections(source="X", q_source="Y"),
+                              "Queries: one per target token.", "Keys: one per source token.",
+                              "Values: one per source token.")),
+            # S = Q·Kᵀ (m×n), S/√d_k
+            section("Step 3 — scores of every target token against every source token "
+                    "({tgt_len}×{src_len}), scaled by 1/√d_k",
+                    explained(scaled_scores(),
+                              "Dot product of target query i with source key j.", scaled)),
+            section("Step 4 — softmax over the source positions of each row",
+                    softmax_steps(over="source tokens")),
+            # O = A·V (m×d_v)
+            section("Step 5 — each target token's mix of the source values", Step(
+                "OUTPUT", "O = A·V", MatMul("WEIGHTS", "V"),
+                "Row i: the source values weighted by how much target token i attends to "
+                "each source token.")),
+        ]
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+CrossAttention.translations = {"zh": {
+    "cross-attention: target queries Y·W_Q over source keys/values X (m ≠ n)":
+        "交叉注意力：目标序列的查询 Y·W_Q 关注源序列的键/值 X（m ≠ n）",
+    "Step 1 — inputs: source rows X (encoder), target rows Y (decoder), weights":
+        "Step 1：输入 — 源序列行 X（编码器）、目标序列行 Y（解码器）、权重",
+    "One row per source token; keys and values come from here.":
+        "每行一个源词；键和值来自这里。",
+    "One row per target token; queries come from here.": "每行一个目标词；查询来自这里。",
+    "source (encoder) rows": "源（编码器）行", "target (decoder) rows": "目标（解码器）行",
+    "Step 2 — queries from the target, keys and values from the source":
+        "Step 2：生成 Q、K、V — 查询来自目标序列，键和值来自源序列",
+    "Queries: one per target token.": "查询：每个目标词一个。",
+    "Keys: one per source token.": "键：每个源词一个。",
+    "Values: one per source token.": "值：每个源词一个。",
+    "Step 3 — scores of every target token against every source token ({size}), scaled by "
+    "1/√d_k": "Step 3：计算每个目标词对每个源词的注意力分数（{size}），并缩放 1/√d_k",
+    "Dot product of target query i with source key j.": "目标查询 i 与源键 j 的点积。",
+    "Dividing by √d_k keeps the scores from growing with width.":
+        "除以 √d_k，防止分数随维度增大而过大。",
+    "Step 4 — softmax over the source positions of each row":
+        "Step 4：Softmax 归一化 — 在每行的源位置上",
+    "Step 5 — each target token's mix of the source values":
+        "Step 5：加权求和 — 每个目标词对源值的混合",
+    "Row i: the source values weighted by how much target token i attends to each source "
+    "token.": "第 i 行：按目标词 i 对每个源词的关注程度加权的源值。",
+}}

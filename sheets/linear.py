@@ -1,0 +1,193 @@
+"""Kind `linear`: linear attention with the feature map φ(x) = elu(x) + 1.
+
+    Q = X·W_Q   K = X·W_K   V = X·W_V   φ(x) = IF(x>0, x+1, EXP(x))
+    non-causal:  KV = φ(K)ᵀ·V   z = Σ_j φ(K_j)   O_i = φ(Q_i)·KV / (φ(Q_i)·z + eps)
+    causal:      S_i = S_{i−1} + φ(K_i)ᵀ·V_i   z_i = z_{i−1} + φ(K_i)
+                 O_i = φ(Q_i)·S_i / (φ(Q_i)·z_i + eps)        eps = 1E-06
+"""
+
+from dataclasses import dataclass, field
+
+from reference.linear import linear_ref
+from sheets._bands import D_V, QKV_INPUTS, ValueWidth, projections
+from workbook_builder.sheet import Custom, Kind, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet.refs import range_ref
+
+EPS = "1E-06"  # fast-transformers' default, written with a signed exponent
+
+
+@dataclass(frozen=True)
+class LinearParams(ValueWidth):
+    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
+    d_model: int = field(default=4, metadata={"help": "embedding width (columns of X)"})
+    d_k: int = field(default=3, metadata={"help": "feature width (columns of W_Q, W_K)"})
+    d_v: int | None = field(default=None, metadata={
+        "help": "value width (columns of W_V); default d_k"})
+    causal: bool = field(default=False, metadata={
+        "help": "running state S_i, z_i down the rows (query i sees keys j ≤ i)"})
+
+
+def feature_map(name: str, source: str) -> Step:
+    """φ(x) = x + 1 for x > 0, exp(x) otherwise (elu with α = 1, plus 1)."""
+    return Step(name, f"φ({source}) = IF(x>0, x+1, EXP(x))",
+                Map("=IF({S}>0,{S}+1,EXP({S}))", S=source),
+                "elu(x)+1: a positive feature map standing in for exp(q·k).")
+
+
+def denominator(equation: str, explanation: str) -> Step:
+    """d_i = φ(Q_i)·z (z_i when causal) + eps."""
+    return Step("DENOM", f"{equation} + {EPS}",
+                Rows(f"=SUMPRODUCT({{Q}},{{Z}})+{EPS}", Q="PHI_Q", Z="Z"), explanation,
+                col_labels=["denom"])
+
+
+def non_causal_steps() -> list[Step]:
+    return [
+        # KV_ab = Σ_j φ(K)_ja · V_jb
+        Step("KV", "KV = φ(K)ᵀ·V", Custom(
+            "d_k", D_V,
+            each=lambda a, b, env: f"=SUMPRODUCT({env['PHI_K'].col(a)},{env['V'].col(b)})",
+            whole=lambda env: f"=MMULT(TRANSPOSE({env['PHI_K'].whole()}),{env['V'].whole()})"),
+            "Every key's feature vector times its value, summed over tokens.",
+            row_labels="k", col_labels="v"),
+        # z_a = Σ_j φ(K)_ja
+        Step("Z", "z = Σ_j φ(K_j)",
+             Custom(1, "d_k", each=lambda _, a, env: f"=SUM({env['PHI_K'].col(a)})"),
+             "The normaliser: the keys' feature vectors summed.", row_labels=["Σ"],
+             col_labels="k"),
+        Step("NUMER", "φ(Q)·KV", MatMul("PHI_Q", "KV")),
+        denominator("φ(Q_i)·z", "Sum of the (unnormalised) weights of row i, plus eps."),
+    ]
+
+
+# -- causal: recurrences down the rows; STATE row i·d_k + a holds row a of S_i -----------
+def running_sum(rows, cols, lag, term) -> Custom:
+    """Row r = row r − lag(p) of this block + term(r) (the first lag rows: the term alone).
+    term(r, env, j) is one cell of the term, term(r, env) its whole row."""
+    def formula(r, env, j=None):
+        back = r - lag(env.params)
+        if back < 0:
+            return f"={term(r, env, j)}"
+        prev = env.me.row(back) if j is None else env.me.cell(back, j)
+        return f"={prev}+{term(r, env, j)}"
+
+    return Custom(rows, cols, each=lambda r, j, env: formula(r, env, j), per_row=formula)
+
+
+def outer(r: int, env, b: int | None = None) -> str:
+    """φ(K_i)_a · V_i (column b), for STATE row r = i·d_k + a."""
+    i, a = divmod(r, env.params.d_k)
+    v = env["V"]
+    return f"{env['PHI_K'].cell(i, a)}*{v.row(i) if b is None else v.cell(i, b)}"
+
+
+def phi_k(i: int, env, a: int | None = None) -> str:
+    """φ(K_i) (column a)."""
+    return env["PHI_K"].row(i) if a is None else env["PHI_K"].cell(i, a)
+
+
+def state_of(env, i: int, first: int = 0, last: int | None = None) -> str:
+    """S_i as a range (STATE rows i·d_k … (i+1)·d_k − 1, columns first … last)."""
+    state, d_k = env["STATE"], env.params.d_k
+    last = state.cols - 1 if last is None else last
+    return range_ref(state.top + i * d_k, state.left + first, state.top + (i + 1) * d_k - 1,
+                     state.left + last, fix_row=True, fix_col=True)
+
+
+def causal_steps() -> list[Step]:
+    return [
+        # S_i[a, b] = S_{i−1}[a, b] + φ(K_i)_a · V_ib
+        Step("STATE", "S_i = S_{i−1} + φ(K_i)ᵀ·V_i",
+             running_sum(lambda p: p.seq_len * p.d_k, D_V, lambda p: p.d_k, outer),
+             "Rows t:k1 … t:k_d hold S_t = Σ_{j≤t} φ(K_j)ᵀV_j, the d_k×d_v memory after "
+             "reading token t.", row_labels="state", col_labels="v", corner="token:row"),
+        # z_i = z_{i−1} + φ(K_i)
+        Step("Z", "z_i = z_{i−1} + φ(K_i)",
+             running_sum("seq_len", "d_k", lambda p: 1, phi_k),
+             "Running sum of the keys' feature vectors.", row_labels="tokens",
+             col_labels="k"),
+        # NUMER_i = φ(Q_i)·S_i
+        Step("NUMER", "φ(Q_i)·S_i", Custom(
+            "seq_len", D_V,
+            each=lambda i, b, env: f"=MMULT({env['PHI_Q'].row(i)},{state_of(env, i, b, b)})",
+            per_row=lambda i, env: f"=MMULT({env['PHI_Q'].row(i)},{state_of(env, i)})"),
+            "Query i reads the memory as it stood after token i.", row_labels="tokens",
+            col_labels="v"),
+        denominator("φ(Q_i)·z_i", "Sum of the (unnormalised) weights of keys j ≤ i, plus eps."),
+    ]
+
+
+class Linear(Kind):
+    name = "linear"
+    summary = "linear attention φ(Q)(φ(K)ᵀV), φ = elu+1; --causal: running state (RNN view)"
+    sheet_title = "Linear"
+    Params = LinearParams
+    reference = staticmethod(linear_ref)
+    inputs = QKV_INPUTS
+    test_cases = [
+        {"seq_len": 4, "d_model": 3, "d_k": 2},
+        {"seq_len": 5, "d_model": 4, "d_k": 3, "d_v": 2, "causal": True},
+        {"seq_len": 1, "d_model": 2, "d_k": 2, "causal": True},
+    ]
+    demo_cases = [
+        ("linear", {"seq_len": 5, "d_model": 4, "d_k": 3}),
+        ("linear_causal", {"seq_len": 5, "d_model": 4, "d_k": 3, "causal": True}),
+    ]
+
+    @classmethod
+    def label_sets(cls, p, labels):
+        return {"tokens": labels,
+                "state": [f"{t}:k{a + 1}" for t in labels for a in range(p.d_k)]}
+
+    @classmethod
+    def sections(cls, p):
+        step4 = (section("Step 4 — the RNN view: a running state S_i (d_k×d_v, stacked down "
+                         "the rows) and normaliser z_i, each updated once per token",
+                         causal_steps()) if p.causal else
+                 section("Step 4 — summarise all keys and values once: KV = φ(K)ᵀ·V and "
+                         "z = Σ_j φ(K_j); cost grows with n, not n²", non_causal_steps()))
+        return [
+            section("Step 1 — inputs: token rows X and the projection weights", QKV_INPUTS),
+            section("Step 2 — queries, keys, values", projections()),
+            section("Step 3 — feature map φ(x) = elu(x) + 1 (positive, so no softmax is "
+                    "needed)", [feature_map("PHI_Q", "Q"), feature_map("PHI_K", "K")]),
+            step4,
+            section("Step 5 — divide: each output row is a weighted average of value rows",
+                    Step("OUTPUT", "O = NUMER / DENOM",
+                         Map("={N}/{D}", N="NUMER", D="DENOM"))),
+        ]
+
+
+# sheet text in Chinese (workbook_builder/i18n.py)
+Linear.translations = {"zh": {
+    "linear attention φ(Q)(φ(K)ᵀV), φ = elu+1; --causal: running state (RNN view)":
+        "线性注意力 φ(Q)(φ(K)ᵀV)，φ = elu+1；--causal：运行状态（RNN 视角）",
+    "Queries: what each token is looking for.": "查询 Q：每个词“在找什么”。",
+    "Keys: what each token offers to be found by.": "键 K：每个词“有什么标签”，供别的词查找。",
+    "Values: the content each token passes on.": "值 V：每个词实际传递的内容。",
+    "Step 3 — feature map φ(x) = elu(x) + 1 (positive, so no softmax is needed)":
+        "Step 3：特征映射 φ(x) = elu(x) + 1（恒为正，因此不需要 Softmax）",
+    "elu(x)+1: a positive feature map standing in for exp(q·k).":
+        "elu(x)+1：代替 exp(q·k) 的正值特征映射。",
+    "Step 4 — summarise all keys and values once: KV = φ(K)ᵀ·V and z = Σ_j φ(K_j); cost "
+    "grows with n, not n²": "Step 4：一次性汇总所有键和值：KV = φ(K)ᵀ·V，z = Σ_j φ(K_j)；"
+                           "代价随 n 增长，而不是 n²",
+    "Every key's feature vector times its value, summed over tokens.":
+        "每个键的特征向量乘以它的值，再对所有词求和。",
+    "The normaliser: the keys' feature vectors summed.": "归一化项：所有键特征向量之和。",
+    "Sum of the (unnormalised) weights of row i, plus eps.":
+        "第 i 行（未归一化）权重之和，加上 eps。",
+    "denom": "分母",
+    "Step 5 — divide: each output row is a weighted average of value rows":
+        "Step 5：相除 — 每个输出行是各值行的加权平均",
+    "Step 4 — the RNN view: a running state S_i (d_k×d_v, stacked down the rows) and "
+    "normaliser z_i, each updated once per token":
+        "Step 4：RNN 视角 — 运行状态 S_i（d_k×d_v，逐行向下堆叠）与归一化项 z_i，每个词更新一次",
+    "Rows t:k1 … t:k_d hold S_t = Σ_{j≤t} φ(K_j)ᵀV_j, the d_k×d_v memory after reading "
+    "token t.": "行 t:k1 … t:k_d 保存 S_t = Σ_{j≤t} φ(K_j)ᵀV_j，即读完词 t 之后的 d_k×d_v 记忆。",
+    "Running sum of the keys' feature vectors.": "键特征向量的运行和。",
+    "Query i reads the memory as it stood after token i.": "查询 i 读取读完词 i 时的记忆。",
+    "Sum of the (unnormalised) weights of keys j ≤ i, plus eps.":
+        "键 j ≤ i 的（未归一化）权重之和，加上 eps。",
+    "token:row": "词:行",
+}}
