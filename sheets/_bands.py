@@ -20,7 +20,8 @@ X = Input("X", "seq_len", "d_model", "token embeddings", note="One row per token
 W_Q = Input("W_Q", "d_model", "d_k", "query weights", "d", "k")
 W_K = Input("W_K", "d_model", "d_k", "key weights", "d", "k")
 W_V = Input("W_V", "d_model", D_V, "value weights", "d", "v")
-QKV_INPUTS = [X, W_Q, W_K, W_V]
+QKV_WEIGHTS = [W_Q, W_K, W_V]
+QKV_INPUTS = [X, *QKV_WEIGHTS]
 
 
 def projections(source: str = "X", q_source: str | None = None) -> list[Step]:
@@ -86,6 +87,13 @@ def softmax_steps(scaled: str = "SCALED", mask: str | None = None, suffix: str =
              f"Attention weights: each row is a probability distribution over the {over} "
              f"(sums to 1).", heatmap=True),
     ]
+
+
+def weighted_values(explanation: str = "Each output row mixes the value rows by that "
+                                       "row's weights.", name: str = "OUTPUT",
+                    values: str = "V", equation: str = "O = A·V") -> Step:
+    """O = A·V: each row the value rows weighted by that row's attention weights."""
+    return Step(name, equation, MatMul("WEIGHTS", values), explanation)
 
 
 def head_labels(prefix: str, count_of, width_of):

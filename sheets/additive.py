@@ -12,7 +12,7 @@ Tokens: `--tokens "SOURCE|TARGET"`, as for cross-attention.
 from dataclasses import dataclass, field
 
 from reference.additive import additive_ref
-from sheets._bands import TwoSequenceKind, softmax_steps
+from sheets._bands import TwoSequenceKind, softmax_steps, weighted_values
 from workbook_builder.sheet import Custom, Input, Map, MatMul, Step, rows_of, section
 
 
@@ -143,13 +143,13 @@ class Additive(TwoSequenceKind):
                      row_labels="tgt", col_labels="src", corner="s_i\\h_j"),
                 *softmax_steps("SCORES", over="source tokens")]),
             # c_i = Σ_j α_ij h_j
-            section("Step 5 — context vectors c_i = Σ_j α_ij h_j", Step(
-                "CONTEXT", "c = A·H", MatMul("WEIGHTS", "ENC_H"),
-                "Each decoder step's weighted average of the encoder states.")),
+            section("Step 5 — context vectors c_i = Σ_j α_ij h_j", weighted_values(
+                "Each decoder step's weighted average of the encoder states.", "CONTEXT",
+                "ENC_H", "c = A·H")),
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py)
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
 Additive.translations = {"zh": {
     "Bahdanau additive attention: score vᵀ·tanh(W·s + U·h_j), softmax, context":
         "Bahdanau 加性注意力：分数 vᵀ·tanh(W·s + U·h_j)、Softmax、上下文向量",

@@ -16,8 +16,9 @@ from sheets._bands import (
     projections,
     scaled_scores,
     softmax_steps,
+    weighted_values,
 )
-from workbook_builder.sheet import Kind, MatMul, Step, section
+from workbook_builder.sheet import Kind, section
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,11 @@ class Attention(Kind):
             section("Step 2b/2c — scores Q·Kᵀ, scaled by 1/√d_k",
                     scaled_scores() + ([CAUSAL_MASK] if mask else [])),
             section("Step 2d — row softmax: max, exp, sum, divide", softmax_steps(mask=mask)),
-            section("Step 2e — weighted sum of the values", Step(
-                "OUTPUT", "O = A·V", MatMul("WEIGHTS", "V"),
-                "Each output row mixes the value rows by that row's weights.")),
+            section("Step 2e — weighted sum of the values", weighted_values()),
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py); the tutorial's own step names
+# sheet text in Chinese (workbook_builder/teaching/i18n.py); the tutorial's own step names
 Attention.translations = {"zh": {
     "single-head scaled dot-product attention, softmax in visible steps":
         "单头缩放点积注意力，Softmax 分步可见",

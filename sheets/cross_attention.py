@@ -12,16 +12,15 @@ from dataclasses import dataclass, field, replace
 
 from reference.cross_attention import cross_attention_ref
 from sheets._bands import (
-    W_K,
-    W_Q,
-    W_V,
+    QKV_WEIGHTS,
     TwoSequenceKind,
     ValueWidth,
     projections,
     scaled_scores,
     softmax_steps,
+    weighted_values,
 )
-from workbook_builder.sheet import Input, MatMul, Step, section
+from workbook_builder.sheet import Input, Step, section
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class CrossAttention(TwoSequenceKind):
     sheet_title = "Cross-attention"
     Params = CrossAttentionParams
     reference = staticmethod(cross_attention_ref)
-    inputs = [X, Y, W_Q, W_K, W_V]
+    inputs = [X, Y, *QKV_WEIGHTS]
     test_cases = [
         {"src_len": 4, "tgt_len": 2, "d_model": 3, "d_k": 2},
         {"src_len": 2, "tgt_len": 5, "d_model": 4, "d_k": 3, "d_v": 2},
@@ -79,14 +78,13 @@ class CrossAttention(TwoSequenceKind):
             section("Step 4 — softmax over the source positions of each row",
                     softmax_steps(over="source tokens")),
             # O = A·V (m×d_v)
-            section("Step 5 — each target token's mix of the source values", Step(
-                "OUTPUT", "O = A·V", MatMul("WEIGHTS", "V"),
+            section("Step 5 — each target token's mix of the source values", weighted_values(
                 "Row i: the source values weighted by how much target token i attends to "
                 "each source token.")),
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py)
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
 CrossAttention.translations = {"zh": {
     "cross-attention: target queries Y·W_Q over source keys/values X (m ≠ n)":
         "交叉注意力：目标序列的查询 Y·W_Q 关注源序列的键/值 X（m ≠ n）",

@@ -181,7 +181,7 @@ class EncoderBlock(Kind):
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py)
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
 EncoderBlock.translations = {"zh": {
     "a whole Transformer encoder layer: MHA, residual, LayerNorm, FFN (--pre-ln)":
         "完整的 Transformer 编码器层：多头注意力、残差、LayerNorm、FFN（--pre-ln）",

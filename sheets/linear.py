@@ -9,7 +9,8 @@
 from dataclasses import dataclass, field
 
 from reference.linear import linear_ref
-from sheets._bands import D_V, QKV_INPUTS, ValueWidth, projections
+from sheets._bands import D_V, QKV_INPUTS, projections
+from sheets.attention import AttentionParams
 from workbook_builder.sheet import Custom, Kind, Map, MatMul, Rows, Step, section
 from workbook_builder.sheet.refs import range_ref
 
@@ -17,12 +18,10 @@ EPS = "1E-06"  # fast-transformers' default, written with a signed exponent
 
 
 @dataclass(frozen=True)
-class LinearParams(ValueWidth):
-    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
-    d_model: int = field(default=4, metadata={"help": "embedding width (columns of X)"})
+class LinearParams(AttentionParams):
+    """Attention's sizes; d_k is the feature width here."""
+
     d_k: int = field(default=3, metadata={"help": "feature width (columns of W_Q, W_K)"})
-    d_v: int | None = field(default=None, metadata={
-        "help": "value width (columns of W_V); default d_k"})
     causal: bool = field(default=False, metadata={
         "help": "running state S_i, z_i down the rows (query i sees keys j ≤ i)"})
 
@@ -158,13 +157,10 @@ class Linear(Kind):
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py)
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
 Linear.translations = {"zh": {
     "linear attention φ(Q)(φ(K)ᵀV), φ = elu+1; --causal: running state (RNN view)":
         "线性注意力 φ(Q)(φ(K)ᵀV)，φ = elu+1；--causal：运行状态（RNN 视角）",
-    "Queries: what each token is looking for.": "查询 Q：每个词“在找什么”。",
-    "Keys: what each token offers to be found by.": "键 K：每个词“有什么标签”，供别的词查找。",
-    "Values: the content each token passes on.": "值 V：每个词实际传递的内容。",
     "Step 3 — feature map φ(x) = elu(x) + 1 (positive, so no softmax is needed)":
         "Step 3：特征映射 φ(x) = elu(x) + 1（恒为正，因此不需要 Softmax）",
     "elu(x)+1: a positive feature map standing in for exp(q·k).":

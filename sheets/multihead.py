@@ -107,7 +107,7 @@ class Multihead(Kind):
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py); the tutorial's own step names
+# sheet text in Chinese (workbook_builder/teaching/i18n.py); the tutorial's own step names
 Multihead.translations = {"zh": {
     "multi-head attention: split, per-head softmax, concat, W_O (GQA via --kv-heads)":
         "多头注意力：拆分、各头 Softmax、拼接、W_O（--kv-heads 即 GQA）",

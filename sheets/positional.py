@@ -192,7 +192,7 @@ class Positional(Kind):
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py)
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
 Positional.translations = {"zh": {
     "sinusoidal PE added to X; RoPE on Q, K (--rope interleaved|half); offset check":
         "正弦位置编码加到 X 上；对 Q、K 做 RoPE（--rope interleaved|half）；平移不变性检查",

@@ -16,9 +16,10 @@ from sheets._bands import (
     projections,
     scaled_scores,
     softmax_steps,
+    weighted_values,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Cell, Custom, Kind, MatMul, Step, section
+from workbook_builder.sheet import Cell, Custom, Kind, Step, section
 
 
 def parse_global(text: str) -> list[int]:
@@ -158,13 +159,12 @@ class SlidingWindow(Kind):
                     f"positions: {shown}", flags + [mask]),
             section("Step 4 — softmax over the allowed keys only: max, exp, sum, divide",
                     masked_softmax()),
-            section("Step 5 — weighted sum of the values", Step(
-                "OUTPUT", "O = A·V", MatMul("WEIGHTS", "V"),
+            section("Step 5 — weighted sum of the values", weighted_values(
                 "Each output row mixes only the value rows its query may see.")),
         ]
 
 
-# sheet text in Chinese (workbook_builder/i18n.py)
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
 SlidingWindow.translations = {"zh": {
     "Longformer sliding-window attention (--window w one-sided, --global tokens)":
         "Longformer 滑动窗口注意力（--window w 为单侧窗口，--global 为全局词）",

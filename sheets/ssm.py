@@ -232,7 +232,7 @@ if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic tabl
     print(growth_table())
 
 
-# sheet text in Chinese (workbook_builder/i18n.py)
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
 Ssm.translations = {"zh": {
     "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows":
         "Mamba S6 选择性扫描：softplus Δ，Ā = exp(ΔA)，h_t 逐行递推",
