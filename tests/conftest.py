@@ -3,6 +3,7 @@ command line in-process and as a new process, and the demo built once per test r
 
 import contextlib
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -13,9 +14,11 @@ from pathlib import Path
 
 import openpyxl
 import pytest
+from filelock import FileLock
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.book.files import write_workbook
+from workbook_builder.book.files import BuiltBook, write_workbook
+from workbook_builder.checking.check import CheckReport, check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli.main import main
 from workbook_builder.sheet.kind import make_params
@@ -26,14 +29,25 @@ ALL_CASES = [(name, i, case) for name, kind in sorted(KINDS.items())
              for i, case in enumerate(kind.test_cases)]
 
 
+BUILT: dict[Path, BuiltBook] = {}
+
+
 def build(tmp_path: Path, kind_name: str, params: dict, layout: str = "cells",
           seed: int = 0, given=None, tokens=None, name: str = "book.xlsx", **options) -> Path:
     """Write a workbook of a kind into tmp_path (replacing one of the same name)."""
     kind = KINDS[kind_name]
     path = tmp_path / name
-    write_workbook(kind, make_params(kind, params), path, seed=seed, given=given,
-                   tokens=tokens, layout=layout, force=True, **options)
+    BUILT[path] = write_workbook(kind, make_params(kind, params), path, seed=seed,
+                                 given=given, tokens=tokens, layout=layout, force=True,
+                                 **options)
     return path
+
+
+def check_built(path: Path) -> CheckReport:
+    """`check` of a workbook just built, from the values its build computed (as `demo`
+    does): one evaluation per workbook."""
+    built = BUILT[path]
+    return check_workbook(path, values=built.values, workbook=built.workbook)
 
 
 def cell_of(wb, name: str, i: int, j: int):
@@ -87,22 +101,45 @@ class Demo:
     books: list[Path]
 
 
+def once_per_run(tmp_path_factory, name: str, make) -> Path:
+    """A folder that `make(folder)` fills once per test run, shared by pytest-xdist's
+    workers (the first to arrive makes it, the others wait for it and read it)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' base folders share this parent
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory) -> Demo:
     """`attnsheets demo` once for the whole run: every kind's demo workbooks, both layouts."""
-    out = tmp_path_factory.mktemp("demo") / "demo"
-    ran = cli("demo", "--out", out, "--quiet")
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    return Demo(out, ran.stdout, sorted(out.glob("*.xlsx")))
+    def make(folder: Path) -> None:
+        ran = cli("demo", "--out", folder / "demo", "--quiet")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        (folder / "stdout.txt").write_text(ran.stdout, encoding="utf-8")
+
+    folder = once_per_run(tmp_path_factory, "demo", make)
+    return Demo(folder / "demo", (folder / "stdout.txt").read_text(encoding="utf-8"),
+                sorted((folder / "demo").glob("*.xlsx")))
 
 
 @pytest.fixture(scope="session")
 def tutorial(tmp_path_factory) -> Demo:
     """`attnsheets reproduce wo-ai-ai` once for the whole run."""
-    out = tmp_path_factory.mktemp("tutorial")
-    ran = cli("reproduce", "wo-ai-ai", "--out", out)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    return Demo(out, ran.stdout, sorted(out.glob("wo-ai-ai_*.xlsx")))
+    def make(folder: Path) -> None:
+        ran = cli("reproduce", "wo-ai-ai", "--out", folder / "books")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        (folder / "stdout.txt").write_text(ran.stdout, encoding="utf-8")
+
+    folder = once_per_run(tmp_path_factory, "tutorial", make)
+    return Demo(folder / "books", (folder / "stdout.txt").read_text(encoding="utf-8"),
+                sorted((folder / "books").glob("wo-ai-ai_*.xlsx")))
 
 
 def formulas_of(path: Path):

@@ -1,12 +1,14 @@
 """Every registered kind: the workbook's formulas, evaluated by the `formulas` engine, equal
-the NumPy reference in every named step block, in both layouts."""
+the NumPy reference in every named step block, in both layouts; and its declaration, its
+defined names and its reference agree on what the steps are."""
 
-import openpyxl
+import numpy as np
 import pytest
-from conftest import ALL_CASES, KINDS, build
+from conftest import ALL_CASES, KINDS, build, check_built
 
-from workbook_builder.checking.check import check_workbook
+from workbook_builder.book.workbook import build_workbook
 from workbook_builder.cli.printing import format_report
+from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.layout import LAYOUTS
 
 
@@ -15,25 +17,29 @@ from workbook_builder.sheet.layout import LAYOUTS
                          ids=[f"{k}-{i}" for k, i, _ in ALL_CASES])
 def test_sheet_equals_reference(tmp_path, kind_name, index, case, layout):
     path = build(tmp_path, kind_name, case, layout=layout, seed=index + 7)
-    report = check_workbook(path)
+    report = check_built(path)
     print(format_report(report))
     assert report.passed, format_report(report)
+    assert [s.name for s in report.steps] == KINDS[kind_name].step_names(
+        make_params(KINDS[kind_name], case))
 
 
-@pytest.mark.parametrize("kind_name", sorted(KINDS))
-def test_every_named_block_is_an_input_or_a_checked_step(tmp_path, kind_name):
-    """No step on the sheet escapes the check, and no checked step is missing a name."""
+@pytest.mark.parametrize("kind_name,index,case", ALL_CASES,
+                         ids=[f"{k}-{i}" for k, i, _ in ALL_CASES])
+def test_every_named_block_is_an_input_or_a_declared_step(kind_name, index, case):
+    """No block on the sheet escapes the check, no checked step lacks a name, and the
+    reference gives exactly the declared steps."""
     kind = KINDS[kind_name]
-    case = kind.test_cases[-1]
-    path = build(tmp_path, kind_name, case)
-    wb = openpyxl.load_workbook(path)
-    report = check_workbook(path)
-    from workbook_builder.sheet.kind import make_params
-
-    inputs = set(kind.input_shapes(make_params(kind, case)))
-    steps = {step.name for step in report.steps}
-    assert set(wb.defined_names) == inputs | steps
-    assert not inputs & steps
+    params = make_params(kind, case)
+    inputs = complete_inputs(kind, params, {}, index)
+    wb = build_workbook(kind, params, inputs, kind.labels(params, None), "cells")
+    steps = kind.step_names(params)
+    assert len(set(steps)) == len(steps)
+    assert set(wb.defined_names) == set(inputs) | set(steps)
+    assert not set(inputs) & set(steps)
+    reference = kind.reference(inputs, params)
+    assert set(reference) == set(steps)
+    assert all(np.all(np.isfinite(block)) for block in reference.values())
 
 
 @pytest.mark.parametrize("kind_name", sorted(KINDS))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, cli, requires_libreoffice
+from conftest import build, cli, once_per_run, requires_libreoffice
 
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
@@ -22,11 +22,12 @@ from workbook_builder.engines.libreoffice import convert, convert_many, read_val
 ERROR_VALUE = re.compile(r"^(#(NAME\?|VALUE!|REF!|DIV/0!|NUM!|N/A|NULL!)|Err:\d+)")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def recalculated_demo(demo, tmp_path_factory):
     """Every demo workbook, and its copy recalculated and saved by one LibreOffice run."""
-    recalculated = convert_many(demo.books, "xlsx", tmp_path_factory.mktemp("lo"))
-    return list(zip(demo.books, recalculated, strict=True))
+    folder = once_per_run(tmp_path_factory, "recalculated",
+                          lambda folder: convert_many(demo.books, "xlsx", folder))
+    return [(book, folder / book.name) for book in demo.books]
 
 
 @requires_libreoffice

@@ -129,6 +129,17 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues) -
                       passed, problem)
 
 
+def expected_steps(kind, params, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reference's value of every declared step, in sheet order. A step the reference
+    does not give (or one it gives that the sheet lacks) is a defect of the kind."""
+    computed = kind.reference(inputs, params)
+    declared = kind.step_names(params)
+    if set(computed) != set(declared):
+        raise ValueError(f"kind {kind.name}: the sheet declares {sorted(declared)} but the "
+                         f"reference gives {sorted(computed)}")
+    return {name: np.asarray(computed[name], float) for name in declared}
+
+
 def _silent(message: str) -> None:
     """The progress callback of calls nobody watches."""
 
@@ -156,13 +167,13 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
         return cache[0]
 
     inputs = read_inputs(wb, kind, params, path, evaluated)
-    expected = kind.reference(inputs, params)
+    expected = expected_steps(kind, params, inputs)
     places = {name: find_name(wb, name, path) for name in expected}
     values = evaluated()
     progress(f"comparing {len(expected)} steps of {path.name}")
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
     for name, block in expected.items():
-        report.steps.append(compare_block(places[name], np.asarray(block, float), values))
+        report.steps.append(compare_block(places[name], block, values))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -176,8 +187,7 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
     CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
     exercise: ExerciseSpec = spec.exercise
     inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path, wb))
-    expected = {name: np.asarray(block, float)
-                for name, block in kind.reference(inputs, params).items()}
+    expected = expected_steps(kind, params, inputs)
     places = {name: find_name(wb, name, path) for name in expected}
     with tempfile.TemporaryDirectory(prefix="attnsheets-check-") as tmp:
         filled = Path(tmp) / path.name

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from workbook_builder.book.workbook import build_workbook
-from workbook_builder.checking.check import compare_block
+from workbook_builder.checking.check import compare_block, expected_steps
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
@@ -144,7 +144,7 @@ def _verify(wb, kind, params, inputs, values, exercise: ExerciseSpec | None) -> 
     The key workbook: every visible step. The exercise: every block of the hidden key, and
     each self-check counting 0 on the blank sheet."""
     problems = []
-    expected = kind.reference(inputs, params)
+    expected = expected_steps(kind, params, inputs)
     for name, block in expected.items():
         [(sheet, ref)] = list(wb.defined_names[name].destinations)
         where = NamedRange(name, sheet, *parse_range(ref.replace("$", "")))
@@ -153,7 +153,7 @@ def _verify(wb, kind, params, inputs, values, exercise: ExerciseSpec | None) -> 
                 continue
             where = NamedRange(f"{KEY_SHEET}!{name}", KEY_SHEET, where.top, where.left,
                                where.bottom, where.right)
-        result = compare_block(where, np.asarray(block, float), values)
+        result = compare_block(where, block, values)
         if not result.passed:
             problems.append(f"{where.name} ({result.problem or result.worst_cell})")
     if exercise is not None and exercise.self_check:
