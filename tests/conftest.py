@@ -20,7 +20,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.book.files import BuiltBook, write_workbook
 from workbook_builder.checking.check import CheckReport, check_workbook
 from workbook_builder.checking.names import find_name
-from workbook_builder.cli.main import main
+from workbook_builder.cli.app import main
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import load_kinds
 

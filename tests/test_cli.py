@@ -12,7 +12,7 @@ import openpyxl
 import pytest
 from conftest import build, cli, one_line_error, run_cli
 
-import workbook_builder.cli.main
+import workbook_builder.cli.app
 import workbook_builder.demo
 from workbook_builder.checking.names import find_name
 
@@ -140,7 +140,7 @@ def test_demo_reruns_without_losing_edits(demo, tmp_path, monkeypatch):
     shutil.copytree(demo.out, out)
     plan = workbook_builder.demo.demo_plan()[:2]  # the rule, on two of the workbooks
     monkeypatch.setattr(workbook_builder.demo, "demo_plan", lambda: plan)
-    monkeypatch.setattr(workbook_builder.cli.main, "demo_plan", lambda: plan)
+    monkeypatch.setattr(workbook_builder.cli.app, "demo_plan", lambda: plan)
     assert cli("demo", "--out", out).returncode == 0  # unchanged files may be rebuilt
     edited = out / plan[0][0]
     wb = openpyxl.load_workbook(edited)

@@ -3,10 +3,10 @@ quadratic form, and against each other."""
 
 import numpy as np
 import pytest
-from conftest import requires_torch, run_cli
-from sheets.linear import LinearParams
+from conftest import cli, one_line_error, requires_torch
 
 from reference.linear import EPS, elu_plus_one, linear_ref
+from sheets.linear import LinearParams
 
 
 def _case(causal, n=6, d_model=4, d_k=3, d_v=2, seed=0):
@@ -63,7 +63,5 @@ def test_feature_map_equals_torch_elu_plus_one():
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path):
-    result = run_cli("build", "linear", "-o", tmp_path / "x.xlsx", "--d-k", "0")
-    assert result.returncode == 2
-    assert "--d-k must be a positive" in result.stderr
-    assert result.stderr.count("\n") == 1, result.stderr
+    result = cli("build", "linear", "-o", tmp_path / "x.xlsx", "--d-k", "0")
+    assert "--d-k must be a positive" in one_line_error(result)

@@ -13,7 +13,7 @@ from reference.ssm import selective_scan_ref, softplus, ssm_ref
 from sheets.ssm import formula_cell_growth
 from workbook_builder.book.files import resolve_params, write_workbook
 from workbook_builder.checking.check import check_workbook, read_inputs
-from workbook_builder.cli.main import main
+from workbook_builder.cli.app import main
 from workbook_builder.cli.printing import format_report
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
@@ -246,7 +246,7 @@ def test_formulas_are_portable(tmp_path, layout):
 def test_cli_build_check_and_bad_input(tmp_path):
     out = tmp_path / "s.xlsx"
     done = cli("build", "ssm", "--seq-len", 5, "--d-model", 2, "--d-state", 3, "--gate",
-                   "--layout", "blocks", "-o", out)
+               "--layout", "blocks", "-o", out)
     assert done.returncode == 0, done.stderr
     done = cli("check", out)
     assert done.returncode == 0 and "all 11 steps pass" in done.stdout, done.stdout

@@ -1,3 +1,3 @@
-from workbook_builder.cli.main import main
+from workbook_builder.cli.app import main
 
 raise SystemExit(main())
