@@ -3,6 +3,8 @@ blocks as one range each, a cheaper range intersection) gives exactly the values
 engine's own loader, `ExcelModel().loads(file).finish()`; and every shortcut through a
 library's internals gives what the library's public path gives."""
 
+from importlib.metadata import version
+
 import openpyxl
 import pytest
 from conftest import KINDS, build, formulas_of
@@ -86,8 +88,9 @@ def test_every_shortcut_equals_the_public_path(tmp_path, layout):
 
 
 def test_shortcuts_are_taken_only_for_the_versions_they_were_written_for():
-    from importlib.metadata import version
-
     assert thirdparty.OPENPYXL_SHORTCUTS == version("openpyxl").startswith("3.1.")
-    assert thirdparty.FORMULAS_SHORTCUTS == version("formulas").startswith("1.3.")
-    assert thirdparty._within("openpyxl", "0.1", "0.2") is False
+    assert thirdparty.within(version("formulas"), *thirdparty.FORMULAS_VERSIONS) == \
+        version("formulas").startswith("1.3.")
+    assert not thirdparty.within("1.4.0", "1.3.4", "1.4")
+    assert not thirdparty.within("1.3.3", "1.3.4", "1.4")
+    assert thirdparty.within("1.3.10", "1.3.4", "1.4")

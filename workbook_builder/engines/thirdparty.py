@@ -7,12 +7,12 @@ give the same results.
 """
 
 import functools
-from copy import copy
 import os
 from collections.abc import Iterator
-from importlib.metadata import version
+from copy import copy
 from types import SimpleNamespace
 
+import openpyxl
 from openpyxl.cell.cell import Cell
 
 # the `formulas` engine draws a tqdm bar; tqdm reads TQDM_DISABLE when it is first imported
@@ -27,20 +27,17 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _within(package: str, low: str, high: str) -> bool:
-    """low <= installed version < high."""
-    try:
-        installed = _version_tuple(version(package))
-    except Exception:  # not installed as a distribution: take the public path
-        return False
-    return _version_tuple(low) <= installed < _version_tuple(high)
+def within(installed: str, low: str, high: str) -> bool:
+    """low <= installed < high, comparing release numbers."""
+    return _version_tuple(low) <= _version_tuple(installed) < _version_tuple(high)
 
 
 # openpyxl 3.1: `Worksheet._cells` holds only the cells the sheet has (iter_rows creates every
 # empty cell of the used rectangle), `Cell._style` is the cell's style record
-OPENPYXL_SHORTCUTS = _within("openpyxl", "3.1", "3.2")
-# formulas 1.3: `RangesAssembler.push` and the module-level `tqdm` of formulas.excel
-FORMULAS_SHORTCUTS = _within("formulas", "1.3.4", "1.4")
+OPENPYXL_SHORTCUTS = within(openpyxl.__version__, "3.1", "3.2")
+# formulas 1.3: `RangesAssembler.push` and the module-level `tqdm` of formulas.excel (the
+# engine is imported on first use: it costs about a second)
+FORMULAS_VERSIONS = ("1.3.4", "1.4")
 
 
 def stored_cells(ws, shortcuts: bool | None = None) -> Iterator[Cell]:
@@ -91,8 +88,9 @@ def formulas_engine(shortcuts: bool | None = None):
     import formulas.excel
     from formulas.cell import RangesAssembler
 
-    use = FORMULAS_SHORTCUTS if shortcuts is None else shortcuts
-    if FORMULAS_SHORTCUTS and not isinstance(formulas.excel.tqdm, SimpleNamespace):
+    known = within(formulas.__version__, *FORMULAS_VERSIONS)
+    use = known if shortcuts is None else shortcuts
+    if known and not isinstance(formulas.excel.tqdm, SimpleNamespace):
         # tqdm may have been imported before TQDM_DISABLE was set (by another library):
         # quieten the engine's own reference only, never the global tqdm
         formulas.excel.tqdm = SimpleNamespace(

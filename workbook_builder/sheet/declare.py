@@ -16,7 +16,6 @@ Sizes are parameter names ("seq_len"), numbers, or functions of the parameters; 
 given as a name is also what `build` infers from an input given by hand.
 """
 
-import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,25 +69,6 @@ def text_of(template: str, params) -> str:
         return match.group(0) if value is None else str(value)
 
     return _PARAM_SLOT.sub(fill, template) if params is not None else template
-
-
-class ParamView(Mapping):
-    """The parameters (fields and properties) as a mapping, for str.format_map."""
-
-    def __init__(self, params):
-        self._params = params
-
-    def __getitem__(self, key):
-        try:
-            return getattr(self._params, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-    def __iter__(self):
-        return iter(f.name for f in dataclasses.fields(self._params))
-
-    def __len__(self):
-        return len(dataclasses.fields(self._params))
 
 
 @dataclass
@@ -146,9 +126,9 @@ class Formula:
         return None
 
 
-def _whole(env: Env) -> list[Array]:
-    me = env.me
-    return [Array(0, 0, me.rows - 1, me.cols - 1, "")]
+def _whole_block(env: Env, text: str) -> list[Array]:
+    """One array formula over the whole block being written."""
+    return [Array(0, 0, env.me.rows - 1, env.me.cols - 1, text)]
 
 
 def _broadcast_ref(block: Block, vector: str | None, i: int, j: int) -> str:
@@ -163,7 +143,8 @@ def _broadcast_ref(block: Block, vector: str | None, i: int, j: int) -> str:
     return block.cell(i, j)
 
 
-def vector_kind(rows: "Size", cols: "Size", formula: "Formula | None" = None) -> str | None:
+def vector_kind(rows: Size | None, cols: Size | None,
+                formula: Formula | None = None) -> str | None:
     """"one", "col" or "row" for a block declared with a literal size 1 (or produced per
     row), else None."""
     one_row, one_col = rows == 1, cols == 1 or isinstance(formula, Rows)
@@ -234,17 +215,17 @@ class Map(Formula):
         return _PLACEHOLDER.sub(fill, self.template)
 
     def cell(self, i, j, env):
-        me = env.me
-        return Cell(self._render(env, lambda b: _broadcast_ref(b, env.vectors.get(b.name), i, j),
-                                 me.row_label(i),
-                                 me.col_label(j)))
+        def ref(block: Block) -> str:
+            return _broadcast_ref(block, env.vectors.get(block.name), i, j)
+
+        return Cell(self._render(env, ref, env.me.row_label(i), env.me.col_label(j)))
 
     def arrays(self, env):
         if self.per_cell:
             return None
         me = env.me
-        text = self._render(env, Block.whole, me.row_labels(), me.col_labels())
-        return [dataclasses.replace(_whole(env)[0], text=text)]
+        return _whole_block(env, self._render(env, Block.whole, me.row_labels(),
+                                              me.col_labels()))
 
 
 @dataclass(frozen=True)
@@ -323,8 +304,8 @@ class MatMul(Formula):
 
     def arrays(self, env):
         a, b, (a0, a1), (b0, b1) = self._slices(env)
-        text = f"=MMULT({a.cols_range(a0, a1)},{b.cols_range(b0, b1)}){self._bias(env, None)}"
-        return [dataclasses.replace(_whole(env)[0], text=text)]
+        return _whole_block(env, f"=MMULT({a.cols_range(a0, a1)},{b.cols_range(b0, b1)})"
+                                 f"{self._bias(env, None)}")
 
 
 @dataclass(frozen=True)
@@ -352,8 +333,8 @@ class MatMulT(Formula):
 
     def arrays(self, env):
         a, b, (a0, a1), (b0, b1) = self._slices(env)
-        text = f"=MMULT({a.cols_range(a0, a1)},TRANSPOSE({b.cols_range(b0, b1)}))"
-        return [dataclasses.replace(_whole(env)[0], text=text)]
+        return _whole_block(env, f"=MMULT({a.cols_range(a0, a1)},"
+                                 f"TRANSPOSE({b.cols_range(b0, b1)}))")
 
 
 CellFn = Callable[[int, int, Env], str | Cell]
@@ -383,7 +364,7 @@ class Custom(Formula):
     def arrays(self, env):
         me = env.me
         if self.whole is not None:
-            return [Array(0, 0, me.rows - 1, me.cols - 1, self.whole(env))]
+            return _whole_block(env, self.whole(env))
         if self.per_row is not None:
             return [Array(i, 0, i, me.cols - 1, self.per_row(i, env)) for i in range(me.rows)]
         if self.per_slice is not None:
@@ -461,7 +442,10 @@ class Section:
     bold: bool = True
 
 
-def section(title: str | Callable[[Mapping[str, Sequence]], str], *bands: Item | Sequence[Item], bold: bool = True) -> Section:
+Title = str | Callable[[Mapping[str, Sequence]], str]
+
+
+def section(title: Title, *bands: Item | Sequence[Item], bold: bool = True) -> Section:
     """section("Step 1 — inputs", [X, W_Q], [Q]): each list is a band; a lone item is a
     band of its own."""
     return Section(title, tuple(tuple(b) if isinstance(b, list | tuple) else (b,)

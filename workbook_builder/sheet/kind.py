@@ -149,13 +149,14 @@ class Kind:
         """Write every declared section."""
         sheet.params = params
         sheet.label_sets = cls.label_sets(params, labels)
+        sections = cls.sections(params)
         declared = {i.name for i in cls.inputs if i.present(params)}
-        placed = {item.name for sec in cls.sections(params) for band in sec.bands
-                  for item in band if isinstance(item, Input)}
+        placed = {item.name for sec in sections for band in sec.bands for item in band
+                  if isinstance(item, Input)}
         if placed != declared:  # a declaration error, caught by the tests of every kind
             raise ValueError(f"kind {cls.name} places inputs {sorted(placed)} but declares "
                              f"{sorted(declared)}")
-        sheet.write(cls.sections(params), inputs)
+        sheet.write(sections, inputs)
 
 
 def make_params(kind: type[Kind], values: Mapping[str, Any]):

@@ -6,8 +6,9 @@ with `{name}` placeholders match formatted text (e.g. "Head {h} — query column
 placeholder captured is translated too when the catalog has it. Text with no entry is left
 as it is (names, equations, token labels).
 
-Strings every kind shares (the bands of sheets/_bands.py, the legend, the About sheet, exercises) live
-here; a kind's own strings live next to it, as `translations = {"zh": {...}}` on its class.
+Strings every kind shares (the bands of sheets/_bands.py, the legend, the About sheet,
+exercises) live here; a kind's own strings live next to it, as `translations = {"zh": {...}}`
+on its class.
 """
 
 import re
