@@ -138,3 +138,12 @@ def test_third_party_internals_live_in_one_module():
         if path != allowed:
             text = path.read_text(encoding="utf-8")
             assert not [n for n in needles if n in text], path
+
+
+def test_the_command_line_reaches_the_machinery_only_through_the_api():
+    modules = project_modules()
+    for name, path in modules.items():
+        if name.startswith("workbook_builder.cli"):
+            for target, _, _ in imports_of(path, modules):
+                assert target.startswith(("workbook_builder.cli", "workbook_builder.api")) \
+                    or target == "workbook_builder", f"{name} imports {target}"

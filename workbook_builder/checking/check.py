@@ -5,6 +5,7 @@ from the file (a teacher may have edited them); the actual blocks come from eval
 workbook's own formulas. Every named step block is compared cell by cell.
 """
 
+import html
 import math
 import tempfile
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.book.files import open_workbook
@@ -62,6 +64,20 @@ class CheckReport:
         data = asdict(self)
         data["passed"] = self.passed
         return data
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per step: cells, max |error|, worst cell, tolerance, passed, problem."""
+        return pd.DataFrame([asdict(step) for step in self.steps]).set_index("name")
+
+    def _repr_html_(self) -> str:
+        verdict = "all steps pass" if self.passed else "FAILED"
+        colour = "#C6EFCE" if self.passed else "#FFC7CE"
+        table = self.to_frame().style.apply(
+            lambda row: [f"background-color: {'#C6EFCE' if row['passed'] else '#FFC7CE'}"]
+            * len(row), axis=1).format({"max_abs_error": "{:.2e}", "tolerance": "{:.0e}"},
+                                       na_rep="—").to_html()
+        return (f"<p style='background:{colour}'><b>{html.escape(self.kind)}</b> "
+                f"({html.escape(self.engine)}): {verdict}</p>{table}")
 
 
 def read_inputs(wb: Workbook, kind, params, path: Path,

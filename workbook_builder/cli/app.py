@@ -5,11 +5,23 @@ import json
 import sys
 from pathlib import Path
 
-from workbook_builder import __version__
-from workbook_builder.book.files import open_workbook, parse_tokens, resolve_params, write_workbook
-from workbook_builder.book.inputs import load_inputs
-from workbook_builder.book.workbook import read_spec
-from workbook_builder.checking.check import check_workbook
+from workbook_builder import __version__, api
+from workbook_builder.api import (
+    LAYOUTS,
+    TUTORIALS,
+    AttnsheetsError,
+    demo_plan,
+    demo_workers,
+    export_pdf,
+    get_kind,
+    kinds,
+    load_inputs,
+    open_workbook,
+    parse_tokens,
+    read_spec,
+    reproduce,
+    run_demo,
+)
 from workbook_builder.cli.params import add_param_flags, explicit_params
 from workbook_builder.cli.printing import (
     format_report,
@@ -26,12 +38,6 @@ from workbook_builder.cli.teaching import (
     cmd_grade,
     exercise_from_args,
 )
-from workbook_builder.demo import demo_plan, demo_workers, run_demo
-from workbook_builder.engines.libreoffice import export_pdf
-from workbook_builder.errors import UserError
-from workbook_builder.sheet.layout import LAYOUTS
-from workbook_builder.sheet.registry import get_kind, load_kinds
-from workbook_builder.teaching.reproduce import TUTORIALS, reproduce
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
@@ -52,10 +58,11 @@ def _parser() -> Parser:
     commands.add_parser("list", help="list the sheet kinds")
 
     build = commands.add_parser("build", help="write a workbook of one kind")
-    kinds = build.add_subparsers(dest="kind", required=True, metavar="KIND",
-                                 parser_class=Parser)
-    for name, kind in sorted(load_kinds().items()):
-        sub = kinds.add_parser(name, help=kind.summary, description=kind.summary)
+    kind_parsers = build.add_subparsers(dest="kind", required=True, metavar="KIND",
+                                        parser_class=Parser)
+    for name in kinds():
+        kind = get_kind(name)
+        sub = kind_parsers.add_parser(name, help=kind.summary, description=kind.summary)
         sub.add_argument("-o", "--output", required=True, type=Path, metavar="FILE",
                          help="the .xlsx file to write")
         add_param_flags(sub, kind.Params)
@@ -109,23 +116,21 @@ def _parser() -> Parser:
 
 
 def _cmd_list(args) -> int:
-    kinds = load_kinds()
-    width = max(map(len, kinds))
-    for name, kind in sorted(kinds.items()):
-        print(f"{name:<{width}}  {kind.summary}")
+    names = kinds()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {get_kind(name).summary}")
     return EXIT_OK
 
 
 def _cmd_build(args) -> int:
     kind = get_kind(args.kind)
-    tokens = parse_tokens(args.tokens)
-    given = load_inputs(args.inputs)
-    params = resolve_params(kind, explicit_params(kind, args), given, tokens)
-    built = write_workbook(kind, params, args.output, seed=args.seed, given=given,
-                           tokens=tokens, layout=args.layout, force=args.force,
-                           lang=args.lang, exercise=exercise_from_args(args))
-    print(f"wrote {args.output}: kind {kind.name}, {kind.describe(params)}, "
-          f"layout {args.layout}, {built.formula_cells} formula cells")
+    book = api.build(kind.name, args.output, inputs=load_inputs(args.inputs), seed=args.seed,
+                     tokens=parse_tokens(args.tokens), layout=args.layout, lang=args.lang,
+                     exercise=exercise_from_args(args), force=args.force,
+                     **explicit_params(kind, args))
+    print(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
+          f"layout {args.layout}, {book.formula_cells} formula cells")
     return EXIT_OK
 
 
@@ -133,7 +138,7 @@ def _cmd_check(args) -> int:
     engines = ["formulas", "libreoffice"] if args.engine == "all" else [args.engine]
     progress = Progress(args.quiet)
     try:
-        per_file = [[check_workbook(path, engine, progress=progress) for engine in engines]
+        per_file = [[api.check(path, engine, progress=progress) for engine in engines]
                     for path in args.files]
     finally:
         progress.clear()
@@ -152,11 +157,11 @@ def _cmd_pdf(args) -> int:
     read_spec(open_workbook(args.file), args.file)  # only our workbooks
     output = args.output or args.file.with_suffix(".pdf")
     if output.suffix.lower() != ".pdf":
-        raise UserError(f"{output}: the output name must end in .pdf")
+        raise AttnsheetsError(f"{output}: the output name must end in .pdf")
     if not output.parent.exists():
-        raise UserError(f"{output.parent}: no such folder (create it first)")
+        raise AttnsheetsError(f"{output.parent}: no such folder (create it first)")
     if output.exists() and not args.force:
-        raise UserError(f"{output} already exists; pass --force to replace it")
+        raise AttnsheetsError(f"{output} already exists; pass --force to replace it")
     export_pdf(args.file, output)
     print(f"wrote {output}")
     return EXIT_OK
@@ -180,10 +185,10 @@ def _cmd_demo(args) -> int:
         progress.clear()
     print(f"{len(plan)} workbooks in {args.out}: " + ("all checks pass" if all_passed
                                                       else "some checks FAILED"))
-    for _, kind in sorted(load_kinds().items()):
-        note = kind.demo_note()
+    for name in kinds():
+        note = get_kind(name).demo_note()
         if note:
-            print(f"\n{kind.name}: {note}")
+            print(f"\n{name}: {note}")
     return EXIT_OK if all_passed else EXIT_MISMATCH
 
 
@@ -213,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    except UserError as exc:
+    except AttnsheetsError as exc:
         print(f"attnsheets: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:

@@ -5,7 +5,7 @@ import dataclasses
 import types
 from typing import Any
 
-from workbook_builder.sheet.kind import Kind
+from workbook_builder.api import Kind
 
 
 def add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:

@@ -2,9 +2,8 @@
 
 import numpy as np
 
-from workbook_builder.checking.check import CheckReport
-from workbook_builder.teaching.grade import Grade
-from workbook_builder.teaching.reproduce import ExampleResult
+from workbook_builder.api import ExampleResult, Grade
+from workbook_builder.api import Report as CheckReport
 
 
 def format_report(report: CheckReport) -> str:

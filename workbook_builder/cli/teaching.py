@@ -6,16 +6,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from workbook_builder.book.files import parse_tokens, resolve_params
+from workbook_builder.api import (
+    LANGS,
+    LAYOUTS,
+    MANIFEST,
+    AttnsheetsError,
+    ExerciseSpec,
+    get_kind,
+    grade_all,
+    kinds,
+    make_spec,
+    parse_tokens,
+    resolve_params,
+    run_class,
+)
 from workbook_builder.cli.params import explicit_params
 from workbook_builder.cli.printing import format_grades
-from workbook_builder.errors import UserError
-from workbook_builder.sheet.layout import LAYOUTS
-from workbook_builder.sheet.registry import get_kind, load_kinds
-from workbook_builder.teaching.classroom import MANIFEST, run_class
-from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
-from workbook_builder.teaching.grade import grade_all
-from workbook_builder.teaching.i18n import LANGS
 
 
 def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool = False) -> None:
@@ -34,7 +40,7 @@ def exercise_from_args(args) -> ExerciseSpec | None:
     """An ExerciseSpec, or None for a complete workbook (exercise options then refused)."""
     if args.exercise is None:
         if args.tolerance is not None or not args.self_check:
-            raise UserError("--tolerance and --no-self-check need --exercise")
+            raise AttnsheetsError("--tolerance and --no-self-check need --exercise")
         return None
     return make_spec(args.exercise, args.tolerance, args.self_check)
 
@@ -42,10 +48,11 @@ def exercise_from_args(args) -> ExerciseSpec | None:
 def add_commands(commands, add_param_flags) -> None:
     klass = commands.add_parser(
         "class", help="one exercise workbook and one answer key per student of a roster")
-    kinds = klass.add_subparsers(dest="kind", required=True, metavar="KIND",
-                                 parser_class=type(klass))
-    for name, kind in sorted(load_kinds().items()):
-        sub = kinds.add_parser(name, help=kind.summary, description=kind.summary)
+    kind_parsers = klass.add_subparsers(dest="kind", required=True, metavar="KIND",
+                                        parser_class=type(klass))
+    for name in kinds():
+        kind = get_kind(name)
+        sub = kind_parsers.add_parser(name, help=kind.summary, description=kind.summary)
         sub.add_argument("--roster", required=True, type=Path, metavar="ROSTER.csv",
                          help="CSV with a header row and a student id column (id, "
                               "student_id, student or 学号; a name/姓名 column is optional)")

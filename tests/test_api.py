@@ -1,0 +1,135 @@
+"""The Python API: build, check, read_blocks, reference, kinds; the notebook display; and the
+example notebook in docs/, executed as a user runs it."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from conftest import cli, requires_libreoffice
+from nbclient import NotebookClient
+
+from workbook_builder import api
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENS = ["我", "爱", "AI"]
+IDENTITY = [[1, 0], [0, 1]]
+TUTORIAL = {"X": [[1, 0], [0, 1], [1, 1]], "W_Q": IDENTITY, "W_K": IDENTITY, "W_V": IDENTITY}
+
+
+def softmax_rows(s):
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_kinds_lists_every_kind():
+    assert api.kinds() == sorted(api.kinds()) and {"attention", "ssm"} <= set(api.kinds())
+
+
+def test_read_blocks_gives_dataframes_indexed_by_tokens():
+    book = api.build("attention", tokens=TOKENS, inputs=TUTORIAL)
+    frames = api.read_blocks(book)
+    weights = frames["WEIGHTS"]
+    assert list(weights.index) == TOKENS and list(weights.columns) == TOKENS
+    x = np.array(TUTORIAL["X"], float)
+    expected = softmax_rows(x @ x.T / np.sqrt(2))  # written here from the equation
+    np.testing.assert_allclose(weights.to_numpy(float), expected, rtol=1e-12)
+    assert list(frames["X"].columns) == ["d1", "d2"]
+    assert set(frames) == set(book.steps()) | set(TUTORIAL)
+
+
+def test_an_input_changed_through_the_api_is_checked_from_the_workbook():
+    book = api.build("attention", tokens=TOKENS, inputs=TUTORIAL)
+    before = api.read_blocks(book)["WEIGHTS"].to_numpy(float)
+    book.set_input("X", 0, 0, 2.0)
+    after = api.read_blocks(book)["WEIGHTS"].to_numpy(float)
+    assert not np.allclose(before, after)
+    report = api.check(book)
+    frame = report.to_frame()
+    assert report.passed and frame["passed"].all()
+    assert list(frame.index) == book.steps()
+    assert {"cells", "max_abs_error", "worst_cell", "passed"} <= set(frame.columns)
+    edited = {**TUTORIAL, "X": [[2, 0], [0, 1], [1, 1]]}
+    np.testing.assert_allclose(after, api.reference("attention", edited)["WEIGHTS"],
+                               rtol=1e-12)
+
+
+def test_a_wrong_formula_shows_in_the_report_frame():
+    book = api.build("attention", seq_len=3, d_model=2, d_k=2)
+    where = api.read_blocks(book)["SCORES"]
+    assert where.shape == (3, 3)
+    ws = book.workbook["Attention"]
+    cell = next(c for row in ws.iter_rows() for c in row
+                if isinstance(c.value, str) and c.value.startswith("=SUMPRODUCT("))
+    cell.value += "*2"
+    book._values = None  # the workbook changed behind the Book's back
+    frame = api.check(book).to_frame()
+    assert not frame.loc["SCORES", "passed"] and frame.loc["Q", "passed"]
+
+
+def test_save_is_atomic_refuses_to_overwrite_and_the_file_checks(tmp_path):
+    book = api.build("multihead", seq_len=3, d_model=4, heads=2, layout="blocks")
+    path = book.save(tmp_path / "mh.xlsx")
+    assert api.check(path).passed and api.check(book).passed
+    with pytest.raises(api.AttnsheetsError, match="already exists; pass --force"):
+        api.build("multihead", tmp_path / "mh.xlsx")
+    stored = api.read_blocks(path)["OUTPUT"].to_numpy(float)
+    np.testing.assert_allclose(stored, api.read_blocks(book)["OUTPUT"].to_numpy(float))
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: api.build("nosuchkind"), "unknown kind 'nosuchkind'"),
+    (lambda: api.build("attention", seq_len=0), "--seq-len must be a positive"),
+    (lambda: api.build("attention", layout="grid"), "layout must be one of"),
+    (lambda: api.build("attention", inputs={"X": [[1, 2]], "W_Q": [[1], [2], [3]]}),
+     "inputs disagree on d_model"),
+    (lambda: api.check(Path("missing.xlsx")), "no such file"),
+    (lambda: api.reference("attention", {"Z": [[1]]}), "has no input 'Z'"),
+])
+def test_errors_raise_one_type_with_the_command_lines_message(tmp_path, call, message):
+    with pytest.raises(api.AttnsheetsError, match=message.replace("'", ".")) as raised:
+        call()
+    assert "\n" not in str(raised.value)
+
+
+def test_the_command_line_prints_the_apis_message(tmp_path):
+    with pytest.raises(api.AttnsheetsError) as raised:
+        api.build("multihead", d_model=5, heads=2)
+    ran = cli("build", "multihead", "-o", tmp_path / "a.xlsx", "--d-model", "5",
+              "--heads", "2")
+    assert ran.stderr.strip() == f"attnsheets: error: {raised.value}"
+
+
+def test_notebook_display_of_a_book_and_a_report():
+    book = api.build("attention", tokens=TOKENS, inputs=TUTORIAL)
+    page = book._repr_html_()
+    assert all(name in page for name in book.steps())
+    assert "background-color: rgba(248,105,107" in page  # the heatmap shading
+    report = api.check(book)._repr_html_()
+    assert "all steps pass" in report and "#C6EFCE" in report
+
+
+@requires_libreoffice
+def test_check_a_book_with_libreoffice():
+    book = api.build("attention", seq_len=3, d_model=2, d_k=2, causal=True)
+    report = api.check(book, "libreoffice")
+    assert report.passed and report.engine == "libreoffice"
+
+
+def test_the_example_notebook_runs_and_shows_every_step_passed():
+    """docs/example.ipynb, executed as a user runs it: build attention, read WEIGHTS by
+    token, change one input through the API, check, every step passed."""
+    notebook = nbformat.read(ROOT / "docs" / "example.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    texts = [o.get("data", {}).get("text/plain", "") for o in outputs]
+    assert any("[0.401, 0.198, 0.401]" in t for t in texts)  # the tutorial's row, correct
+    frame = next(t for t in texts if "max_abs_error" in t)
+    assert frame.count("True") == len(api.build("attention").steps())
+    assert "False" not in frame
+    committed = json.loads((ROOT / "docs" / "example.ipynb").read_text(encoding="utf-8"))
+    assert all(cell.get("outputs") for cell in committed["cells"]
+               if cell["cell_type"] == "code")  # committed with its outputs

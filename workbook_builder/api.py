@@ -1,0 +1,240 @@
+"""The Python API, for scripts and notebooks; the command line is built on it.
+
+    from workbook_builder import api
+    book = api.build("attention", seq_len=3, d_model=2, d_k=2, tokens=["我", "爱", "AI"])
+    api.read_blocks(book)["WEIGHTS"]          # a DataFrame indexed by the tokens
+    book.set_input("X", 0, 0, 2.5)            # edit an input, as a teacher would
+    api.check(book).to_frame()                # one row per step: cells, error, passed
+    book.save("attention.xlsx")
+
+Every error a user can cause raises `AttnsheetsError` with the one-line message the command
+line prints.
+"""
+
+import dataclasses
+import html
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from openpyxl.workbook.workbook import Workbook
+
+from workbook_builder.book.files import (
+    check_writable,
+    count_formula_cells,
+    open_workbook,
+    parse_tokens,
+    resolve_params,
+    save_atomic,
+)
+from workbook_builder.book.inputs import load_inputs
+from workbook_builder.book.workbook import BookSpec, build_workbook, read_spec
+from workbook_builder.checking.check import ENGINES, CheckReport, check_workbook, expected_steps
+from workbook_builder.checking.names import NamedRange, find_name
+from workbook_builder.demo import DemoResult, demo_plan, demo_workers, run_demo
+from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
+from workbook_builder.engines.libreoffice import export_pdf
+from workbook_builder.errors import UserError
+from workbook_builder.sheet.kind import Kind, complete_inputs
+from workbook_builder.sheet.layout import LAYOUTS
+from workbook_builder.sheet.registry import get_kind, load_kinds
+from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
+from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
+from workbook_builder.teaching.grade import Grade, grade_all
+from workbook_builder.teaching.i18n import LANGS
+from workbook_builder.teaching.reproduce import TUTORIALS, ExampleResult, reproduce
+
+AttnsheetsError = UserError
+Report = CheckReport
+
+__all__ = [
+    "AttnsheetsError", "Book", "Report", "build", "check", "kinds", "read_blocks",
+    "reference",
+    # what the command line needs besides: it reaches the machinery only through this module
+    "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult", "DemoResult",
+    "ExampleResult", "ExerciseSpec", "Grade", "Kind", "demo_plan", "demo_workers",
+    "export_pdf", "get_kind", "grade_all", "load_inputs", "make_spec", "open_workbook",
+    "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class", "run_demo"]
+
+
+class Book:
+    """A workbook of one kind in memory: built, optionally saved, evaluated when asked."""
+
+    def __init__(self, kind: type[Kind], params, workbook: Workbook, spec: BookSpec,
+                 path: Path | None = None, values: CellValues | None = None):
+        self.kind, self.params, self.workbook, self.spec = kind, params, workbook, spec
+        self.path = path
+        self._values = values
+
+    @property
+    def values(self) -> CellValues:
+        """Every formula cell's value, from the `formulas` engine (computed once)."""
+        if self._values is None:
+            self._values = FormulasModel(self.workbook, self.name).evaluate()
+        return self._values
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else f"{self.kind.name}.xlsx"
+
+    @property
+    def formula_cells(self) -> int:
+        return count_formula_cells(self.workbook)
+
+    def save(self, path: str | Path, force: bool = False) -> Path:
+        """Write the workbook atomically, each formula's value stored beside it; an existing
+        file is replaced only with `force`."""
+        path = Path(path)
+        check_writable(path, force)
+        self._values = save_atomic(self.workbook, path)
+        self.path = path
+        return path
+
+    def set_input(self, name: str, i: int, j: int, value: float) -> None:
+        """Change one input cell (0-based within the block named `name`), as a teacher edits
+        a yellow cell; the formulas and `check` follow it."""
+        if name not in self.kind.input_shapes(self.params):
+            raise UserError(f"kind {self.kind.name} has no input {name!r}")
+        where = find_name(self.workbook, name, Path(self.name))
+        if not (0 <= i < where.shape[0] and 0 <= j < where.shape[1]):
+            raise UserError(f"input {name} is {where.shape[0]}×{where.shape[1]}; it has no "
+                            f"cell ({i}, {j})")
+        self.workbook[where.sheet].cell(where.top + i, where.left + j).value = float(value)
+        self._values = None
+
+    def steps(self) -> list[str]:
+        return self.kind.step_names(self.params)
+
+    def _repr_html_(self) -> str:
+        frames = read_blocks(self)
+        parts = [f"<p><b>{html.escape(self.kind.name)}</b> "
+                 f"{html.escape(self.kind.describe(self.params))}; layout "
+                 f"{self.spec.layout}; {self.formula_cells} formula cells</p>"]
+        for name in self.steps():
+            parts.append(f"<div style='display:inline-block;margin:0 1em 1em 0;"
+                         f"vertical-align:top'><b>{html.escape(name)}</b>"
+                         f"{_heatmap_html(frames[name])}</div>")
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        where = f" at {self.path}" if self.path else " (not saved)"
+        return f"<Book {self.kind.name} {self.kind.describe(self.params)}{where}>"
+
+
+def kinds() -> list[str]:
+    """The names of the sheet kinds."""
+    return sorted(load_kinds())
+
+
+def build(kind: str, path: str | Path | None = None, *,
+          inputs: dict[str, Any] | None = None, seed: int = 0,
+          tokens: list[str] | str | None = None, layout: str = "cells", lang: str = "en",
+          exercise: str | ExerciseSpec | None = None, force: bool = False,
+          **sizes: Any) -> Book:
+    """A workbook of `kind`. Sizes are the kind's parameters (seq_len=…, d_k=…); sizes not
+    given come from the inputs given, the tokens, then the defaults. Inputs not given are
+    drawn from `seed`. With `path` the workbook is saved (atomically; replacing a file only
+    with `force`)."""
+    kind_class = get_kind(kind)
+    if layout not in LAYOUTS:
+        raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    labels_given = parse_tokens(tokens) if isinstance(tokens, str) else tokens
+    given = {name: np.asarray(value, dtype=float) for name, value in (inputs or {}).items()}
+    params = resolve_params(kind_class, sizes, given, labels_given)
+    if isinstance(exercise, str):
+        exercise = make_spec(exercise, None, True)
+    complete = complete_inputs(kind_class, params, given, seed)
+    labels = kind_class.labels(params, labels_given)
+    workbook = build_workbook(kind_class, params, complete, labels, layout, lang=lang,
+                              exercise=exercise)
+    spec = BookSpec(kind_class.name, dataclasses.asdict(params), layout, labels, lang, exercise)
+    book = Book(kind_class, params, workbook, spec)
+    if path is not None:
+        book.save(path, force=force)
+    return book
+
+
+def check(path_or_book: str | Path | Book, engine: str = "formulas",
+          progress: Callable[[str], None] | None = None) -> Report:
+    """Re-derive every step from the inputs the workbook holds now and compare, cell by
+    cell, with the NumPy reference; `engine` names the spreadsheet engine that evaluates the
+    formulas (`ENGINES`); `progress` hears what is being done."""
+    if engine not in ENGINES:
+        raise UserError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if not isinstance(path_or_book, Book):
+        return check_workbook(Path(path_or_book), engine,
+                              **({"progress": progress} if progress else {}))
+    book = path_or_book
+    if engine == "formulas":
+        return check_workbook(Path(book.name), engine, values=book.values,
+                              workbook=book.workbook)
+    with tempfile.TemporaryDirectory(prefix="attnsheets-api-") as folder:
+        path = Path(folder) / book.name
+        save_atomic(book.workbook, path, with_values=False)
+        return check_workbook(path, engine)
+
+
+def read_blocks(path_or_book: str | Path | Book) -> dict[str, pd.DataFrame]:
+    """Every named block (inputs and steps) as a DataFrame: row labels (tokens) as the
+    index, column labels as the columns. From a file, the values it stores (as Excel,
+    LibreOffice or the build saved them); from a Book, the `formulas` engine's values."""
+    if isinstance(path_or_book, Book):
+        workbook, values = path_or_book.workbook, path_or_book.values
+    else:
+        path = Path(path_or_book)
+        workbook = open_workbook(path)
+        read_spec(workbook, path)  # only our workbooks
+        stored = open_workbook(path, data_only=True)
+        values = {(ws.title.upper(), r, c): ws.cell(r, c).value
+                  for ws in stored.worksheets for r, c in _named_cells(workbook, ws.title)}
+    frames = {}
+    for name in sorted(workbook.defined_names):
+        where = find_name(workbook, name, Path("book"))
+        ws = workbook[where.sheet]
+
+        def value(i: int, j: int, where: NamedRange = where, ws=ws) -> Any:
+            key = (where.sheet.upper(), where.top + i, where.left + j)
+            got = values.get(key)
+            return ws.cell(where.top + i, where.left + j).value if got is None else got
+
+        rows, cols = where.shape
+        frames[name] = pd.DataFrame(
+            [[value(i, j) for j in range(cols)] for i in range(rows)],
+            index=[ws.cell(where.top + i, where.left - 1).value for i in range(rows)],
+            columns=[ws.cell(where.top - 1, where.left + j).value for j in range(cols)])
+    return frames
+
+
+def reference(kind: str, inputs: dict[str, Any], seed: int = 0,
+              **sizes: Any) -> dict[str, np.ndarray]:
+    """The NumPy reference's value of every step, in sheet order, for these inputs (sizes
+    not given are inferred from them; inputs not given are drawn from `seed`)."""
+    kind_class = get_kind(kind)
+    given = {name: np.asarray(value, dtype=float) for name, value in inputs.items()}
+    params = resolve_params(kind_class, sizes, given, None)
+    return expected_steps(kind_class, params, complete_inputs(kind_class, params, given, seed))
+
+
+def _named_cells(workbook: Workbook, title: str):
+    for name in workbook.defined_names:
+        where = find_name(workbook, name, Path("book"))
+        if where.sheet == title:
+            yield from ((where.top + i, where.left + j) for i in range(where.shape[0])
+                        for j in range(where.shape[1]))
+
+
+def _heatmap_html(frame: pd.DataFrame) -> str:
+    """A small table, each number shaded white to red by its place between the block's
+    minimum and maximum."""
+    numbers = frame.apply(pd.to_numeric, errors="coerce")
+    low, high = np.nanmin(numbers.values), np.nanmax(numbers.values)
+    span = (high - low) or 1.0
+
+    def shade(column: pd.Series) -> list[str]:
+        return [f"background-color: rgba(248,105,107,{0.85 * (v - low) / span:.2f})"
+                if np.isfinite(v) else "" for v in column]
+
+    return numbers.style.apply(shade).format("{:.4f}", na_rep="—").to_html()
