@@ -16,10 +16,9 @@ import html
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.book.files import (
@@ -58,6 +57,9 @@ __all__ = [
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "demo_plan", "demo_workers",
     "export_pdf", "get_kind", "grade_all", "load_inputs", "make_spec", "open_workbook",
     "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class", "run_demo"]
+
+if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-up
+    import pandas as pd
 
 
 class Book:
@@ -177,7 +179,7 @@ def check(path_or_book: str | Path | Book, engine: str = "formulas",
         return check_workbook(path, engine)
 
 
-def read_blocks(path_or_book: str | Path | Book) -> dict[str, pd.DataFrame]:
+def read_blocks(path_or_book: str | Path | Book) -> "dict[str, pd.DataFrame]":
     """Every named block (inputs and steps) as a DataFrame: row labels (tokens) as the
     index, column labels as the columns. From a file, the values it stores (as Excel,
     LibreOffice or the build saved them); from a Book, the `formulas` engine's values."""
@@ -190,6 +192,8 @@ def read_blocks(path_or_book: str | Path | Book) -> dict[str, pd.DataFrame]:
         stored = open_workbook(path, data_only=True)
         values = {(ws.title.upper(), r, c): ws.cell(r, c).value
                   for ws in stored.worksheets for r, c in _named_cells(workbook, ws.title)}
+    import pandas as pd
+
     frames = {}
     for name in sorted(workbook.defined_names):
         where = find_name(workbook, name, Path("book"))
@@ -226,14 +230,16 @@ def _named_cells(workbook: Workbook, title: str):
                         for j in range(where.shape[1]))
 
 
-def _heatmap_html(frame: pd.DataFrame) -> str:
+def _heatmap_html(frame: "pd.DataFrame") -> str:
     """A small table, each number shaded white to red by its place between the block's
     minimum and maximum."""
+    import pandas as pd
+
     numbers = frame.apply(pd.to_numeric, errors="coerce")
     low, high = np.nanmin(numbers.values), np.nanmax(numbers.values)
     span = (high - low) or 1.0
 
-    def shade(column: pd.Series) -> list[str]:
+    def shade(column) -> list[str]:
         return [f"background-color: rgba(248,105,107,{0.85 * (v - low) / span:.2f})"
                 if np.isfinite(v) else "" for v in column]
 

@@ -12,10 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.book.files import open_workbook
@@ -33,6 +32,9 @@ RELATIVE_TOLERANCE = 1e-9
 Engine = Callable[[Path, Workbook | None], CellValues]  # the file, and it loaded (if at hand)
 ENGINES: dict[str, Engine] = {"formulas": evaluate_with_formulas,
                               "libreoffice": evaluate_with_libreoffice}
+
+if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-up
+    import pandas as pd
 
 
 @dataclass
@@ -65,8 +67,10 @@ class CheckReport:
         data["passed"] = self.passed
         return data
 
-    def to_frame(self) -> pd.DataFrame:
+    def to_frame(self) -> "pd.DataFrame":
         """One row per step: cells, max |error|, worst cell, tolerance, passed, problem."""
+        import pandas as pd
+
         return pd.DataFrame([asdict(step) for step in self.steps]).set_index("name")
 
     def _repr_html_(self) -> str:
