@@ -94,3 +94,18 @@ def test_shortcuts_are_taken_only_for_the_versions_they_were_written_for():
     assert not thirdparty.within("1.4.0", "1.3.4", "1.4")
     assert not thirdparty.within("1.3.3", "1.3.4", "1.4")
     assert thirdparty.within("1.3.10", "1.3.4", "1.4")
+
+
+def test_the_engines_statistics_still_work_with_scipy_loaded_on_first_use():
+    """scipy.stats, scipy.linalg and interp1d reach the engine's statistics module only
+    when a statistical function runs; those functions still give scipy's numbers."""
+    import statistics
+
+    from scipy.stats import norm
+
+    engine = thirdparty.formulas_engine()
+    compiled = engine.Parser().ast("=NORM.S.DIST(0.5,TRUE)+STDEV.S(1,2,4)")[1].compile()
+    assert compiled() == pytest.approx(norm.cdf(0.5) + statistics.stdev([1, 2, 4]),
+                                       rel=1e-15)
+    forecast = engine.Parser().ast("=FORECAST.LINEAR(3,{1,2,3},{2,4,6})")[1].compile()
+    assert float(forecast()) == pytest.approx(6.0)

@@ -6,8 +6,12 @@ release can make us slower but never wrong. tests/test_thirdparty.py shows that 
 give the same results.
 """
 
+import contextlib
 import functools
+import importlib.util
 import os
+import sys
+import types
 from collections.abc import Iterator
 from copy import copy
 from types import SimpleNamespace
@@ -81,6 +85,41 @@ def _push_smaller_side(self, indices, output=None):
     return missing
 
 
+@contextlib.contextmanager
+def _scipy_on_first_use() -> Iterator[None]:
+    """formulas' statistics module imports scipy.stats, scipy.linalg and scipy's interp1d at
+    module level (~0.7 s, a third of a small command) but uses them only inside the
+    statistical functions: give it scipy.stats and scipy.linalg as modules that load on
+    first attribute access (the standard library's LazyLoader), and interp1d as a function
+    that imports the real one when called."""
+    import scipy
+
+    for name in ("stats", "linalg"):
+        if f"scipy.{name}" not in sys.modules:
+            spec = importlib.util.find_spec(f"scipy.{name}")
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[f"scipy.{name}"] = module
+            spec.loader.exec_module(module)
+            # `from scipy import stats` reads the attribute; scipy's own __getattr__ would
+            # import (and so load) the module at once
+            setattr(scipy, name, module)
+    stub = types.ModuleType("scipy.interpolate")
+
+    def interp1d(*args, **kwargs):
+        from scipy.interpolate import interp1d as real  # the stub is gone by the first call
+
+        return real(*args, **kwargs)
+
+    stub.interp1d = interp1d
+    placed = sys.modules.setdefault("scipy.interpolate", stub) is stub
+    try:
+        yield
+    finally:
+        if placed:
+            del sys.modules["scipy.interpolate"]
+
+
 def formulas_engine(shortcuts: bool | None = None):
     """The `formulas` module, quiet (no progress bar) and, within the known versions, with
     the fast range assembly in place."""
@@ -89,6 +128,9 @@ def formulas_engine(shortcuts: bool | None = None):
     from formulas.cell import RangesAssembler
 
     known = within(formulas.__version__, *FORMULAS_VERSIONS)
+    if known and "formulas.functions.stat" not in sys.modules:
+        with _scipy_on_first_use():
+            import formulas.functions.stat  # noqa: F401  (imported here, scipy deferred)
     use = known if shortcuts is None else shortcuts
     if known and not isinstance(formulas.excel.tqdm, SimpleNamespace):
         # tqdm may have been imported before TQDM_DISABLE was set (by another library):
