@@ -1,9 +1,13 @@
-"""Sliding-window attention with global tokens (Longformer, Beltagy et al. 2020), one head.
+"""Sliding-window attention with global tokens (Longformer, Beltagy et al. 2020) and
+random keys (BigBird, Zaheer et al. 2020), one head.
 
 Glossary: w one-sided window (the allenai convention: keys on each side), G the set of
-global positions (0-based). Query i may see key j when |i − j| ≤ w, or i ∈ G (a global token
-attends to all), or j ∈ G (every token attends to a global token). One projection serves
-local and global attention (Longformer proper has separate global projections).
+global positions (0-based), b queries per block, RANDOM_KEYS[k] the R key positions picked
+for query block k (queries k·b … k·b+b−1; the input, so a user's edits count). Query i may
+see key j when |i − j| ≤ w, or i ∈ G (a global token attends to all), or j ∈ G (every token
+attends to a global token), or j ∈ RANDOM_KEYS[⌊i/b⌋] (BigBird's random attention, shared by
+the queries of a block). One projection serves local, global and random attention
+(Longformer proper has separate global projections).
 Q = X·W_Q, K = X·W_K, V = X·W_V; S = Q·Kᵀ/√d_k; A = softmax over the allowed keys; O = A·V.
 """
 
@@ -25,6 +29,17 @@ def window_allowed(n: int, window: int, global_positions: list[int]) -> np.ndarr
     return allowed | is_global[:, None] | is_global[None, :]
 
 
+def random_picked(keys: np.ndarray, n: int) -> np.ndarray:
+    """picked_kj = 1 if key j ∈ RANDOM_KEYS[k]  (query blocks × n); the picks must be whole
+    positions 0 … n−1 (a repeat, or a key already in the window, adds nothing)."""
+    if not np.all((keys == np.round(keys)) & (keys >= 0) & (keys <= n - 1)):
+        raise ValueError(f"RANDOM_KEYS must hold whole key positions 0 … {n - 1}")
+    picked = np.zeros((keys.shape[0], n), dtype=bool)
+    block_of_pick = np.repeat(np.arange(keys.shape[0]), keys.shape[1])
+    picked[block_of_pick, keys.astype(int).ravel()] = True
+    return picked
+
+
 def sliding_window_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     x = inputs["X"]
     n = x.shape[0]
@@ -36,6 +51,14 @@ def sliding_window_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.nd
     steps = {"Q": q, "K": k, "V": v, "SCORES": scores, "SCALED": scaled}
     if global_positions:
         steps["GLOBAL"] = np.isin(np.arange(n), global_positions).astype(float)[:, None]
+    if params.random:
+        keys = inputs["RANDOM_KEYS"]                  # query blocks × R
+        if keys.shape != (-(-n // params.block_size), params.random):
+            raise ValueError(f"RANDOM_KEYS is {keys.shape}, not one row of {params.random} "
+                             f"per block of {params.block_size} queries")
+        picked = random_picked(keys, n)
+        steps["RANDOM"] = picked.astype(float)
+        allowed = allowed | picked[np.arange(n) // params.block_size]  # row i: block ⌊i/b⌋
     steps["MASK"] = allowed.astype(float)
     steps.update(masked_softmax_steps(scaled, allowed))
     steps["OUTPUT"] = steps["WEIGHTS"] @ v            # O = A·V

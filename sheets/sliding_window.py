@@ -1,12 +1,17 @@
-"""Kind `sliding-window`: Longformer-style local attention with optional global tokens.
+"""Kind `sliding-window`: Longformer-style local attention with optional global tokens,
+and BigBird's random keys.
 
     Q = X·W_Q   K = X·W_K   V = X·W_V   S = Q·Kᵀ/√d_k
     g_i = 1 if position i is global
-    M_ij = 1 if |i − j| ≤ w or g_i = 1 or g_j = 1, else 0        (w one-sided)
+    R_kj = 1 if key j is one of RANDOM_KEYS[k], the picks of query block k (b queries)
+    M_ij = 1 if |i − j| ≤ w or g_i = 1 or g_j = 1 or R_{⌊i/b⌋ j} = 1, else 0   (w one-sided)
     m_i = max_{j: M_ij=1} S_ij   P = M·exp(S − m)   ℓ = Σ_j P   A = P/ℓ   O = A·V
 """
 
+import dataclasses
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from reference.sliding_window import sliding_window_ref
 from sheets._bands import (
@@ -19,7 +24,7 @@ from sheets._bands import (
     weighted_values,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Cell, Custom, Kind, Step, section
+from workbook_builder.sheet import Cell, Custom, Input, Kind, Step, section
 
 
 def parse_global(text: str) -> list[int]:
@@ -42,10 +47,76 @@ class SlidingWindowParams(ValueWidth):
         "metavar": "I,J,…", "flag": "--global",  # `global` is a Python keyword
         "help": "0-based positions of global tokens, e.g. 0,5 (they see and are seen by "
                 "every token)"})
+    random: int = field(default=0, metadata={
+        "metavar": "R", "help": "BigBird: R random keys per query block, drawn by the seed "
+                                "into the input RANDOM_KEYS (0 = none)"})
+    block_size: int = field(default=2, metadata={
+        "metavar": "b", "help": "with --random: queries per block sharing their random keys "
+                                "(1..n; the last block is shorter when b does not divide n)"})
 
     @property
     def global_positions(self) -> list[int]:
         return parse_global(self.global_tokens)
+
+
+# -- BigBird's random keys: query block k is queries k·b … k·b+b−1 ---------------------------
+def query_blocks(p) -> list[tuple[int, int]]:
+    """[start, stop) of each query block; the last is shorter when b does not divide n."""
+    return [(s, min(s + p.block_size, p.seq_len)) for s in range(0, p.seq_len, p.block_size)]
+
+
+def query_block_labels(p) -> list[str]:
+    """'0–1', '2–3', … (0-based positions, as the mask's labels); a lone query: '4'."""
+    return [f"{s}–{e - 1}" if e - s > 1 else str(s) for s, e in query_blocks(p)]
+
+
+def free_keys(p, start: int, stop: int) -> list[int]:
+    """Keys no query start … stop−1 sees through the band or a global token: BigBird draws
+    its random keys among them, so each pick adds a key."""
+    is_global = set(p.global_positions)
+    return [j for j in range(p.seq_len) if j not in is_global
+            and (j < start - p.window or j > stop - 1 + p.window)]
+
+
+def check_random_keys(inputs, p) -> None:
+    """A user may type any pick: each must be a whole key position 0 … n−1."""
+    if not p.random:
+        return
+    labels = query_block_labels(p)
+    for k, row in enumerate(np.asarray(inputs["RANDOM_KEYS"], dtype=float)):
+        for r, key in enumerate(row):
+            if not (key.is_integer() and 0 <= key <= p.seq_len - 1):
+                raise UserError(f"input RANDOM_KEYS (queries {labels[k]}, pick r{r + 1}) "
+                                f"holds {key:g}: a random key must be a whole position "
+                                f"0 … {p.seq_len - 1}")
+
+
+def checked_ref(inputs, params):
+    """The reference, after refusing picks that are not key positions: RANDOM_KEYS is read
+    back from the file, where a user may have typed anything."""
+    check_random_keys(inputs, params)
+    return sliding_window_ref(inputs, params)
+
+
+RANDOM_KEYS = Input(
+    "RANDOM_KEYS", lambda p: len(query_blocks(p)), "random",
+    "random keys of each query block (0-based positions)", row_labels=query_block_labels,
+    col_labels="r", corner="queries", when=lambda p: p.random > 0,
+    note="Drawn by the seed: different keys outside the block's window and the global "
+         "tokens. Type any position 0 … n−1 instead and the mask follows.")
+
+
+# R_kj = 1 if key j (the column label) is one of block k's picks in RANDOM_KEYS
+def random_cell(k, j, env):
+    picks = env["RANDOM_KEYS"]
+    tests = [f"{picks.fixed(k, r)}={env.me.col_label(j)}" for r in range(picks.cols)]
+    return f"=IF({tests[0]},1,0)" if len(tests) == 1 else f"=IF(OR({','.join(tests)}),1,0)"
+
+
+def random_whole(env):  # each pick column (blocks×1) against the key labels (1×n): blocks×n
+    picks = env["RANDOM_KEYS"]
+    tests = "+".join(f"({picks.col(r)}={env.me.col_labels()})" for r in range(picks.cols))
+    return f"=IF(0+{tests}>0,1,0)"
 
 
 # g_i = 1 if position i (the row label) is listed in --global
@@ -60,13 +131,20 @@ def global_whole(env):  # OR would collapse an array to one value; a sum of test
     return f"=IF(0+{tests}>0,1,0)"
 
 
-# M_ij = 1 if |j − i| ≤ w or g_i = 1 or g_j = 1; the labels are the 0-based positions
+# M_ij = 1 if |j − i| ≤ w or g_i = 1 or g_j = 1 or R_{⌊i/b⌋ j} = 1; the labels are the
+# 0-based positions
 def mask_cell(i, j, env):
-    band = f"ABS({env.me.col_label(j)}-{env.me.row_label(i)})<={env.params.window}"
-    if not env.params.global_positions:
+    p = env.params
+    band = f"ABS({env.me.col_label(j)}-{env.me.row_label(i)})<={p.window}"
+    if not p.global_positions and not p.random:
         return f"=IF({band},1,0)"
-    flags = env["GLOBAL"]
-    return f"=IF(OR({band},{flags.fixed(i, 0)}=1,{flags.fixed(j, 0)}=1),1,0)"
+    tests = [band]
+    if p.global_positions:
+        flags = env["GLOBAL"]
+        tests += [f"{flags.fixed(i, 0)}=1", f"{flags.fixed(j, 0)}=1"]
+    if p.random:
+        tests.append(f"{env['RANDOM'].cell(i // p.block_size, j)}=1")
+    return f"=IF(OR({','.join(tests)}),1,0)"
 
 
 def mask_whole(env):
@@ -75,6 +153,16 @@ def mask_whole(env):
         return f"=IF({band},1,0)"
     flags = env["GLOBAL"].whole()
     return f"=IF({band}+{flags}+TRANSPOSE({flags})>0,1,0)"
+
+
+def mask_row(i, env):  # with random keys: row i adds the RANDOM row of its block ⌊i/b⌋
+    p = env.params
+    terms = [f"(ABS({env.me.col_labels()}-{env.me.row_label(i)})<={p.window})"]
+    if p.global_positions:
+        flags = env["GLOBAL"]
+        terms += [flags.fixed(i, 0), f"TRANSPOSE({flags.whole()})"]
+    terms.append(env["RANDOM"].row(i // p.block_size))
+    return f"=IF({'+'.join(terms)}>0,1,0)"
 
 
 # m_i = max_{j: M_ij=1} S_ij: a single-cell array formula per row (MAX over an IF)
@@ -104,29 +192,47 @@ def masked_softmax() -> list[Step]:
 
 class SlidingWindow(Kind):
     name = "sliding-window"
-    summary = "Longformer sliding-window attention (--window w one-sided, --global tokens)"
+    summary = ("Longformer sliding-window attention (--window w one-sided, --global tokens, "
+               "--random R BigBird keys)")
     sheet_title = "SlidingWindow"
     Params = SlidingWindowParams
-    reference = staticmethod(sliding_window_ref)
-    inputs = QKV_INPUTS
+    reference = staticmethod(checked_ref)
+    inputs = [*QKV_INPUTS, RANDOM_KEYS]
     label_sets = classmethod(position_label_sets)
     test_cases = [
         {"seq_len": 5, "d_model": 3, "d_k": 2, "window": 1},
         {"seq_len": 6, "d_model": 4, "d_k": 3, "d_v": 2, "window": 1,
          "global_tokens": "0,4"},
         {"seq_len": 4, "d_model": 2, "d_k": 2, "window": 0, "global_tokens": "3"},
+        # BigBird: random keys per query block, with and without global tokens
+        {"seq_len": 7, "d_model": 3, "d_k": 2, "window": 1, "random": 2},
+        {"seq_len": 8, "d_model": 4, "d_k": 3, "d_v": 2, "window": 1, "global_tokens": "0",
+         "random": 1, "block_size": 3},
+        {"seq_len": 5, "d_model": 2, "d_k": 2, "window": 0, "global_tokens": "4",
+         "random": 3, "block_size": 1},
     ]
     demo_cases = [
         ("sliding_window", {"seq_len": 8, "d_model": 4, "d_k": 4, "window": 1}),
         ("sliding_window_global", {"seq_len": 8, "d_model": 4, "d_k": 4, "window": 1,
                                    "global_tokens": "0,5"}),
+        ("sliding_window_bigbird", {"seq_len": 8, "d_model": 4, "d_k": 4, "window": 1,
+                                    "global_tokens": "0", "random": 2, "block_size": 2}),
     ]
 
     @classmethod
     def validate(cls, p):
-        super().validate(replace(p, window=1))  # sizes positive; a window may be 0
+        super().validate(replace(p, window=1, random=1))  # sizes positive; these may be 0
         if p.window < 0:
             raise UserError(f"--window must be 0 or more (keys on each side), got {p.window}")
+        if p.random < 0:
+            raise UserError(f"--random must be 0 or more (keys per query block), got "
+                            f"{p.random}")
+        if p.random > p.seq_len:
+            raise UserError(f"--random {p.random} is more than the {p.seq_len} keys there "
+                            f"are (--seq-len)")
+        if p.random and p.block_size > p.seq_len:
+            raise UserError(f"--block-size {p.block_size} is larger than --seq-len "
+                            f"{p.seq_len}")
         try:
             positions = p.global_positions
         except ValueError:
@@ -138,6 +244,37 @@ class SlidingWindow(Kind):
                             f"(positions 0 … {p.seq_len - 1})")
 
     @classmethod
+    def random_input(cls, name, shape, params, rng):
+        """RANDOM_KEYS: R different keys per query block, drawn among the keys it does not
+        see yet (BigBird's rule), in increasing order; other inputs as every kind's."""
+        if name != "RANDOM_KEYS":
+            return super().random_input(name, shape, params, rng)
+        rows = []
+        for label, (start, stop) in zip(query_block_labels(params), query_blocks(params),
+                                        strict=True):
+            free = free_keys(params, start, stop)
+            if len(free) < params.random:
+                raise UserError(f"--random {params.random}: queries {label} have only "
+                                f"{len(free)} keys outside their window and the global "
+                                f"tokens to draw from; lower --random, --window or "
+                                f"--block-size, or give RANDOM_KEYS with --inputs")
+            rows.append(np.sort(rng.choice(free, size=params.random, replace=False)))
+        return np.array(rows, dtype=float)
+
+    @classmethod
+    def lay_out(cls, sheet, params, inputs, labels):
+        check_random_keys(inputs, params)  # picks given with --inputs
+        super().lay_out(sheet, params, inputs, labels)
+
+    @classmethod
+    def describe(cls, params):
+        """Without --random, the sheet's parameters as before (no random=0, block_size)."""
+        unused = () if params.random else ("random", "block_size")
+        return ", ".join(f"{f.name}={getattr(params, f.name)}"
+                         for f in dataclasses.fields(params)
+                         if getattr(params, f.name) is not None and f.name not in unused)
+
+    @classmethod
     def sections(cls, p):
         shown = ", ".join(map(str, p.global_positions)) or "none"
         flags = [Step("GLOBAL", "g_i = 1 if i is a global position",
@@ -145,18 +282,36 @@ class SlidingWindow(Kind):
                       "Global tokens (e.g. [CLS]) attend to every token and every token "
                       "attends to them.", row_labels="positions", col_labels=["global"],
                       corner="position")] if p.global_positions else []
-        mask = Step("MASK", "1 if |j − i| ≤ {window}" + (" or i, j global" if flags else ""),
-                    Custom("seq_len", "seq_len", mask_cell, whole=mask_whole),
+        picks = [RANDOM_KEYS, Step(
+            "RANDOM", "R_kj = 1 if key j is a random key of block k",
+            Custom(lambda q: len(query_blocks(q)), "seq_len", random_cell,
+                   whole=random_whole),
+            "BigBird's random attention: row k marks the keys picked for query block k in "
+            "RANDOM_KEYS; every query of the block sees them.",
+            row_labels=query_block_labels, col_labels="positions",
+            corner="queries\\key")] if p.random else []
+        equation = "1 if |j − i| ≤ {window}" + (" or i, j global" if flags else "") + \
+            (" or R[⌊i/{block_size}⌋, j] = 1" if picks else "")
+        mask = Step("MASK", equation,
+                    Custom("seq_len", "seq_len", mask_cell,
+                           whole=None if picks else mask_whole,
+                           per_row=mask_row if picks else None),
                     "The band: query i sees keys within w positions on either side, plus "
-                    "the global tokens. Masked entries are left out of the softmax, so no "
-                    "−∞ is needed.", row_labels="positions", col_labels="positions",
+                    "the global tokens" + (" and the random keys of its block" if picks
+                                           else "") +
+                    ". Masked entries are left out of the softmax, so no −∞ is needed.",
+                    row_labels="positions", col_labels="positions",
                     corner="query\\key", heatmap=True)
+        title = (f"Step 3 — the BigBird mask: window w = {{window}} on each side, global "
+                 f"positions: {shown}, random keys: {{random}} per block of {{block_size}} "
+                 f"queries") if picks else \
+            f"Step 3 — the band mask: window w = {{window}} on each side, global positions: " \
+            f"{shown}"
         return [
             section("Step 1 — inputs: token rows X and the projection weights", QKV_INPUTS),
             section("Step 2 — queries, keys, values and scaled scores (as in full "
                     "attention)", projections(), scaled_scores()),
-            section(f"Step 3 — the band mask: window w = {{window}} on each side, global "
-                    f"positions: {shown}", flags + [mask]),
+            section(title, *([picks] if picks else []), flags + [mask]),
             section("Step 4 — softmax over the allowed keys only: max, exp, sum, divide",
                     masked_softmax()),
             section("Step 5 — weighted sum of the values", weighted_values(
@@ -166,8 +321,33 @@ class SlidingWindow(Kind):
 
 # sheet text in Chinese (workbook_builder/teaching/i18n.py)
 SlidingWindow.translations = {"zh": {
-    "Longformer sliding-window attention (--window w one-sided, --global tokens)":
-        "Longformer 滑动窗口注意力（--window w 为单侧窗口，--global 为全局词）",
+    "Longformer sliding-window attention (--window w one-sided, --global tokens, "
+    "--random R BigBird keys)":
+        "Longformer 滑动窗口注意力（--window w 为单侧窗口，--global 为全局词，"
+        "--random R 为 BigBird 随机键）",
+    "Step 3 — the BigBird mask: window w = {w} on each side, global positions: {g}, "
+    "random keys: {r} per block of {b} queries":
+        "Step 3：BigBird 掩码 — 每侧窗口 w = {w}，全局位置：{g}，随机键：每块 {b} 个查询共用 "
+        "{r} 个",
+    "random keys of each query block (0-based positions)": "每个查询块的随机键（从 0 开始的位置）",
+    "Drawn by the seed: different keys outside the block's window and the global tokens. "
+    "Type any position 0 … n−1 instead and the mask follows.":
+        "由随机种子抽取：块的窗口和全局词之外、互不相同的键。也可以改填任意位置 0 … n−1，"
+        "掩码会随之更新。",
+    "R_kj = 1 if key j is a random key of block k": "键 j 是块 k 的随机键时 R_kj = 1",
+    "BigBird's random attention: row k marks the keys picked for query block k in "
+    "RANDOM_KEYS; every query of the block sees them.":
+        "BigBird 的随机注意力：第 k 行标出 RANDOM_KEYS 中为查询块 k 抽取的键；块中每个查询"
+        "都能看到它们。",
+    "queries\\key": "查询块\\键",
+    "1 if |j − i| ≤ {w} or i, j global or R[⌊i/{b}⌋, j] = 1":
+        "|j − i| ≤ {w}、i 或 j 为全局位置，或 R[⌊i/{b}⌋, j] = 1 时为 1",
+    "1 if |j − i| ≤ {w} or R[⌊i/{b}⌋, j] = 1": "|j − i| ≤ {w} 或 R[⌊i/{b}⌋, j] = 1 时为 1",
+    "The band: query i sees keys within w positions on either side, plus the global tokens "
+    "and the random keys of its block. Masked entries are left out of the softmax, so no "
+    "−∞ is needed.":
+        "带状区域：查询 i 能看到两侧 w 个位置以内的键，以及全局词和所在块的随机键。被掩码的"
+        "位置不参与 Softmax，因此不需要 −∞。",
     "Step 2 — queries, keys, values and scaled scores (as in full attention)":
         "Step 2：生成 Q、K、V 并计算缩放分数（与完整注意力相同）",
     "Step 3 — the band mask: window w = {w} on each side, global positions: {g}":
