@@ -16,6 +16,7 @@ in the `attention` kind. The state starts from the first key block (no ALPHA_B1)
 
 import numpy as np
 
+from reference.cost import cost_blocks, lengths
 from reference.softmax import causal_allowed, masked_softmax_steps
 
 
@@ -95,4 +96,32 @@ def flash_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     steps.update(masked_softmax_steps(scaled, allowed))
     steps["OUTPUT_STD"] = steps["WEIGHTS"] @ v
     steps["MAX_ABS_DIFF"] = np.abs(steps["OUTPUT"] - steps["OUTPUT_STD"]).max().reshape(1, 1)
+    steps.update(flash_cost(n, q.shape[1], v.shape[1], params.block_size, params.causal))
     return steps
+
+
+def tile_counts(n: int, block_size: int, causal: bool) -> tuple[int, int, int]:
+    """Walk the key blocks as the sheet lays them out: (T blocks, scores computed, rows
+    rescaled). Key block j (keys [start, stop)) meets every query row, or with causal
+    skipping only the rows from its own block on; blocks after the first rescale the
+    rows they meet."""
+    starts = np.arange(0, n, block_size, dtype=np.int64)
+    widths = np.minimum(starts + block_size, n) - starts
+    rows_met = n - starts if causal else np.full_like(starts, n)
+    return len(starts), int(np.sum(rows_met * widths)), int(np.sum(rows_met[1:]))
+
+
+def flash_cost(n: int, d_k: int, d_v: int, block_size: int, causal: bool) -> dict:
+    """Per length n: one n×B score block held (n² for standard attention); a multiply-add
+    per computed score per key dimension and per value column, and α·Õ (d_v) and α·ℓ (1)
+    per rescaled row."""
+    ns = lengths(n)
+    counts = np.array([tile_counts(int(m), block_size, causal) for m in ns])
+    blocks, scores, rescaled = counts[:, 0], counts[:, 1], counts[:, 2]
+    columns = {"COST_BLOCKS": blocks, "COST_HELD": ns * np.minimum(ns, block_size),
+               "COST_STD_HELD": ns * ns}
+    if causal:
+        columns["COST_PAIRS"] = scores
+    columns["COST_MACS"] = scores * (d_k + d_v) + rescaled * (d_v + 1)
+    columns["COST_STD_MACS"] = ns * ns * (d_k + d_v)
+    return cost_blocks([n, d_k, d_v, block_size], ns, **columns)

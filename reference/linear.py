@@ -13,6 +13,8 @@ STATE stacks S_1 … S_n vertically: rows i·d_k … (i+1)·d_k − 1 hold S_{i+
 
 import numpy as np
 
+from reference.cost import cost_blocks, lengths
+
 EPS = 1e-6
 
 
@@ -41,4 +43,16 @@ def linear_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
         denom = phi_q @ z.T + EPS
         steps.update({"KV": kv, "Z": z})
     steps.update({"NUMER": numer, "DENOM": denom, "OUTPUT": numer / denom})
+    steps.update(linear_cost(x.shape[0], q.shape[1], v.shape[1]))
     return steps
+
+
+def linear_cost(n: int, d_k: int, d_v: int) -> dict[str, np.ndarray]:
+    """Per length n: the state S (d_k×d_v) and z (d_k), the same at every n; multiply-adds
+    token by token: φ(K_i)ᵀV_i (d_k·d_v), φ(Q_i)·S (d_k·d_v), φ(Q_i)·z (d_k). Softmax
+    attention of the same sizes beside it: n×n scores, n²·d_k + n²·d_v."""
+    ns = lengths(n)
+    per_token = d_k * d_v + d_k * d_v + d_k
+    return cost_blocks([n, d_k, d_v], ns, COST_HELD=np.full_like(ns, d_k * d_v + d_k),
+                       COST_MACS=ns * per_token, COST_STD_HELD=ns * ns,
+                       COST_STD_MACS=ns * ns * d_k + ns * ns * d_v)

@@ -8,6 +8,7 @@ head_h = softmax(Q_h·K_gᵀ/√d_k)·V_g;  CONCAT = [head_1 … head_H];  OUTPU
 
 import numpy as np
 
+from reference.cost import cost_blocks, lengths
 from reference.softmax import causal_allowed, masked_softmax_steps
 
 
@@ -38,4 +39,15 @@ def multihead_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray
         steps["HEAD" + suffix] = outputs[-1]
     steps["CONCAT"] = np.concatenate(outputs, axis=1)  # (n×H·d_k)
     steps["OUTPUT"] = steps["CONCAT"] @ inputs["W_O"]
+    steps.update(multihead_cost(n, heads, kv_heads, d_k))
     return steps
+
+
+def multihead_cost(n: int, heads: int, kv_heads: int, d_k: int) -> dict[str, np.ndarray]:
+    """Per length n: the H score matrices (n×n each), the K and V blocks (n×G·d_k each),
+    and per head Q_h·K_gᵀ (n² dot products of d_k) plus A_h·V_g (n·d_k sums of n terms)."""
+    ns = lengths(n)
+    held = sum(ns * ns for _ in range(heads))
+    macs = sum(ns * ns * d_k + ns * d_k * ns for _ in range(heads))
+    return cost_blocks([n, heads, kv_heads, d_k], ns, COST_HELD=held,
+                       COST_KV=2 * ns * kv_heads * d_k, COST_MACS=macs)

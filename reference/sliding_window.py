@@ -13,6 +13,7 @@ Q = X·W_Q, K = X·W_K, V = X·W_V; S = Q·Kᵀ/√d_k; A = softmax over the all
 
 import numpy as np
 
+from reference.cost import cost_blocks, lengths
 from reference.softmax import masked_softmax_steps
 
 
@@ -62,4 +63,32 @@ def sliding_window_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.nd
     steps["MASK"] = allowed.astype(float)
     steps.update(masked_softmax_steps(scaled, allowed))
     steps["OUTPUT"] = steps["WEIGHTS"] @ v            # O = A·V
+    steps.update(sliding_window_cost(n, q.shape[1], v.shape[1], params.window,
+                                     global_positions))
     return steps
+
+
+def allowed_per_row(n: int, window: int, global_positions: list[int]) -> np.ndarray:
+    """Keys query i may see, counted row by row without the n×n mask: all n for a global
+    row; else the keys within w (clipped at the ends) plus the global keys outside them."""
+    i = np.arange(n, dtype=np.int64)
+    count = np.minimum(i + window, n - 1) - np.maximum(i - window, 0) + 1
+    for g in (g for g in global_positions if g < n):
+        count += np.abs(g - i) > window
+    count[[g for g in global_positions if g < n]] = n
+    return count
+
+
+def sliding_window_cost(n: int, d_k: int, d_v: int, window: int,
+                        global_positions: list[int]) -> dict[str, np.ndarray]:
+    """Per length n: the allowed scores (band, and what global tokens add), d_k + d_v
+    multiply-adds per allowed pair; full attention's n² and n²·(d_k + d_v) beside them."""
+    ns = lengths(n)
+    held = np.array([allowed_per_row(int(m), window, global_positions).sum() for m in ns])
+    columns = {}
+    if global_positions:
+        band = np.array([allowed_per_row(int(m), window, []).sum() for m in ns])
+        columns.update(COST_BAND=band, COST_GLOBAL=held - band)
+    columns.update(COST_HELD=held, COST_MACS=held * (d_k + d_v), COST_STD_HELD=ns * ns,
+                   COST_STD_MACS=ns * ns * (d_k + d_v))
+    return cost_blocks([n, d_k, d_v, window], ns, **columns)

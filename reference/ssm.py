@@ -17,6 +17,8 @@ Glossary (code → paper / upstream `selective_scan_ref`; rows are time steps, a
 
 import numpy as np
 
+from reference.cost import cost_blocks, lengths
+
 SOFTPLUS_THRESHOLD = 20.0  # torch F.softplus and the CUDA kernel: x itself above 20
 
 
@@ -76,4 +78,15 @@ def ssm_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
                               z=inputs["Z"] if params.gate else None,
                               delta_bias=inputs["DELTA_BIAS"][0], delta_softplus=True)
     return {"DELTA_PRE": delta_pre, "DELTA": scan.pop("DELTA"), "A": a,
-            "B_SEL": b_sel, "C_SEL": c_sel, **scan}
+            "B_SEL": b_sel, "C_SEL": c_sel, **scan, **ssm_cost(*u.shape, a.shape[1])}
+
+
+def ssm_cost(length: int, d_channels: int, d_state: int) -> dict[str, np.ndarray]:
+    """Per length L: the state h_t (D×N); multiply-adds step by step — Ā_t⊙h_{t−1} + B̄_t u_t
+    (D·N, none at t = 1 since h_0 = 0) and y_t = C_t·h_t + D⊙u_t (D·(N+1))."""
+    ls = lengths(length)
+    update = (ls - 1) * d_channels * d_state           # steps t = 2 … L
+    read_out = ls * d_channels * (d_state + 1)
+    return cost_blocks([length, d_channels, d_state], ls,
+                       COST_HELD=np.full_like(ls, d_channels * d_state),
+                       COST_MACS=update + read_out)

@@ -1,9 +1,16 @@
 """Bands several kinds share, declared once: the X/W_Q/W_K/W_V inputs, the Q/K/V
 projections, scaled scores, the causal mask, the four visible steps of a row softmax,
-attention per head with its concatenation, and source|target token labels."""
+attention per head with its concatenation, source|target token labels, and the cost table
+(cells held and multiply-adds as functions of n)."""
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Dim, Input, Kind, Map, MatMul, MatMulT, Rows, Step
+from workbook_builder.sheet.declare import Section, Size, Table, section, size_of
 
 
 class ValueWidth:
@@ -168,3 +175,86 @@ def position_label_sets(cls, p, labels):
     "positions" = 0 … n−1 besides "tokens". In the kind: label_sets =
     classmethod(position_label_sets)."""
     return {"tokens": labels, "positions": list(range(p.seq_len))}
+
+
+# -- cost tables: the complexity statements, computed -------------------------------------
+# every table's lengths: this sheet's n, then 1k, 4k and 32k tokens
+COST_LENGTHS = (1024, 4096, 32768)
+COST_ROWS = ["sheet", "1k", "4k", "32k"]
+# whole numbers below a million as they are, larger ones as 6.87E+10 (columns are narrow)
+COST_FORMAT = "[<1000000]0;0.00E+00"
+_COST_SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One column of a cost table: the block `name` (4×1, one row per length), its
+    equation, and a formula template in which {n} is the row's length, {d_k}, {B}, … a
+    cell of COST_SIZES and {COST_…} the same row of an earlier column; `template` may be
+    a function of the parameters. `counts` labels the column (what is counted)."""
+
+    name: str
+    equation: str
+    template: str | Callable[[Any], str]
+    explanation: str
+    counts: str = "MACs"
+
+
+def _cost_formula(cost: Cost, i: int, env, sizes: Sequence[str]) -> str:
+    """Row i of a cost column: the template with its slots made cell references."""
+    template = cost.template(env.params) if callable(cost.template) else cost.template
+
+    def ref(match) -> str:
+        slot = match.group(1)
+        if slot == "n":
+            return env["COST_N"].cell(i, 0)
+        if slot.startswith("COST_"):
+            return env[slot].cell(i, 0)
+        return env["COST_SIZES"].fixed(0, sizes.index(slot))
+
+    return _COST_SLOT.sub(ref, template)
+
+
+def cost_section(title: str, sizes: Mapping[str, Size], costs: Sequence[Cost]) -> Section:
+    """A live cost table: COST_SIZES (the sheet's sizes as numbers; the first is the
+    length), COST_N (this sheet's length, then 1k, 4k, 32k) and one column per Cost, each
+    a formula of its row's length and the sizes, so editing a size or a length
+    recalculates the table."""
+    labels, values = list(sizes), list(sizes.values())
+    length = labels[0]
+    sizes_step = Step(
+        "COST_SIZES", "sizes of this sheet",
+        Custom(1, len(labels), each=lambda _, j, env: f"={size_of(values[j], env.params)}"),
+        "This sheet's sizes, written as numbers: every cost below reads them, so typing "
+        "another value shows what it would cost.", row_labels=["size"], col_labels=labels,
+        number_format="0")
+    lengths = Step(
+        "COST_N", f"{length} = sheet, 1k, 4k, 32k",
+        Custom(4, 1, each=lambda i, _, env: f"={env['COST_SIZES'].fixed(0, 0)}" if i == 0
+               else f"={COST_LENGTHS[i - 1]}"),
+        "The lengths the costs are computed at; type another length to see its cost.",
+        row_labels=COST_ROWS, col_labels=[length], number_format=COST_FORMAT)
+    columns = [Step(c.name, c.equation,
+                    Custom(4, 1, each=lambda i, _, env, c=c: _cost_formula(c, i, env, labels)),
+                    c.explanation, row_labels=COST_ROWS, col_labels=[c.counts],
+                    number_format=COST_FORMAT) for c in costs]
+    notes = Table((("multiply-add = one product a·b added into a sum", ""),
+                   ("the projections X·W are left out: they grow only linearly in n", "")))
+    return section(title, [sizes_step, notes], [lengths, *columns])
+
+
+# the cost table's own text in Chinese (a kind adds it to its translations)
+COST_ZH = {
+    "sizes of this sheet": "本表的尺寸",
+    "This sheet's sizes, written as numbers: every cost below reads them, so typing another "
+    "value shows what it would cost.": "本表的尺寸，以数字写出：下面每个代价都读取它们，"
+                                       "改成别的值即可看到相应的代价。",
+    "size": "尺寸",
+    "{length} = sheet, 1k, 4k, 32k": "{length} = 本表、1k、4k、32k",
+    "The lengths the costs are computed at; type another length to see its cost.":
+        "计算代价所用的长度；改成别的长度即可看到它的代价。",
+    "sheet": "本表", "MACs": "乘加", "scores": "分数", "state": "状态",
+    "multiply-add = one product a·b added into a sum": "乘加 = 一个乘积 a·b 加进一个和",
+    "the projections X·W are left out: they grow only linearly in n":
+        "投影 X·W 不计入：它们只随 n 线性增长",
+}

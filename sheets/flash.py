@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from reference.flash import flash_ref
 from sheets._bands import (
     CAUSAL_MASK,
+    COST_ZH,
     QKV_INPUTS,
+    Cost,
+    cost_section,
     positions_from_1,
     projections,
     scaled_scores,
@@ -183,6 +186,51 @@ def comparison(p) -> list:
                     ("flash: n·B", f"{n}·{b} = {n * b}")))]]
 
 
+# -- the cost table: what the steps above hold and multiply, as functions of n -----------
+COST_SIZES = {"n": "seq_len", "d_k": "d_k", "d_v": "value_width", "B": "block_size"}
+# T = ⌈n/B⌉ key blocks (the last one shorter when B does not divide n)
+BLOCKS = Cost("COST_BLOCKS", "T = ⌈n/B⌉", "=INT(({n}+{B}-1)/{B})",
+              "Key blocks: one S, P, m, ℓ, Õ group each (INT rounds down).", "blocks")
+# n·min(n, B): one S_Bj block, all query rows against B keys
+HELD = Cost("COST_HELD", "n·B", "={n}*MIN({n},{B})",
+            "Score cells held at once: one n×B block S_j (min(n, B) keys when B > n). "
+            "Linear in n.", "scores")
+STD_HELD = Cost("COST_STD_HELD", "n²", "={n}^2",
+                "Standard attention (Step 5) holds the whole n×n SCORES matrix.", "scores")
+# causal: key block j is visited by query rows (j−1)·B … n−1 only:
+# P = Σ_j (n − (j−1)·B)·B_j = (T−1)·B·n − B²·(T−1)·(T−2)/2 + (n − (T−1)·B)²
+PAIRS = Cost("COST_PAIRS", "P = Σ_j (n − (j−1)·B)·B_j",
+             "=({COST_BLOCKS}-1)*{B}*{n}-{B}^2*({COST_BLOCKS}-1)*({COST_BLOCKS}-2)/2"
+             "+({n}-({COST_BLOCKS}-1)*{B})^2",
+             "Scores computed with the causal skip: key block j meets only query rows from "
+             "its own block on (the grey 'skip' rows compute nothing); n·(n+B)/2 when B "
+             "divides n.", "q·k")
+# n²·(d_k + d_v) for S_j = Q·K_jᵀ and P_j·V_j over all blocks, plus one multiply-add per
+# value and per row for α_j·Õ_{j−1} and α_j·ℓ_{j−1} in blocks 2 … T
+MACS = Cost("COST_MACS", "n²·(d_k+d_v) + (T−1)·n·(d_v+1)",
+            "={n}^2*({d_k}+{d_v})+({COST_BLOCKS}-1)*{n}*({d_v}+1)",
+            "Multiply-adds: every score (d_k each) and its share of P·V (d_v each), as in "
+            "standard attention, plus the rescaling α·Õ and α·ℓ in blocks 2 … T. Still "
+            "O(n²·d): FlashAttention saves memory traffic, not arithmetic.")
+# causal: P scores and their P·V terms; rescaling only in rows that visit block j:
+# R = Σ_{j≥2} (n − (j−1)·B) = (T−1)·n − B·T·(T−1)/2
+CAUSAL_MACS = Cost(
+    "COST_MACS", "P·(d_k+d_v) + R·(d_v+1)",
+    "={COST_PAIRS}*({d_k}+{d_v})+(({COST_BLOCKS}-1)*{n}-{B}*{COST_BLOCKS}*({COST_BLOCKS}-1)/2)"
+    "*({d_v}+1)",
+    "Multiply-adds: P scores (d_k each) and their P·V terms (d_v each), plus the rescaling "
+    "α·Õ and α·ℓ in the R = (T−1)·n − B·T·(T−1)/2 rows that visit blocks 2 … T.")
+# SCORES = Q·Kᵀ and OUTPUT_STD = A·V of Step 5: n² dot products of d_k, n·d_v of n
+STD_MACS = Cost("COST_STD_MACS", "n²·(d_k + d_v)", "={n}^2*({d_k}+{d_v})",
+                "Multiply-adds of standard attention (Step 5): Q·Kᵀ and A·V.")
+
+
+def costs(p) -> list[Cost]:
+    if p.causal:
+        return [BLOCKS, HELD, STD_HELD, STD_MACS, PAIRS, CAUSAL_MACS]
+    return [BLOCKS, HELD, STD_HELD, STD_MACS, MACS]
+
+
 class Flash(Kind):
     name = "flash"
     summary = "FlashAttention: blockwise online softmax (running max and sum), exact"
@@ -237,6 +285,8 @@ class Flash(Kind):
                      col_labels=["lse"])]),
             section("Step 5 — for comparison: standard attention holds the whole n×n score "
                     "matrix at once", *comparison(p)),
+            cost_section("Cost — still O(n²·d) time, but only n·B scores held at once; at "
+                         "this sheet's n and at n = 1k, 4k, 32k", COST_SIZES, costs(p)),
         ]
 
     @classmethod
@@ -290,4 +340,32 @@ Flash.translations = {"zh": {
     "flash: n·B": "flash：n·B", "flash vs std": "flash 对比标准",
     "P{a} = exp(S{b} − m{c}) if key ≤ query": "P{a} = exp(S{b} − m{c})（键 ≤ 查询时）",
     "{sizes} ({n} blocks); layout={layout}": "{sizes}（{n} 个块）; layout={layout}",
+    # the cost table
+    **COST_ZH,
+    "Cost — still O(n²·d) time, but only n·B scores held at once; at this sheet's n and at "
+    "n = 1k, 4k, 32k": "代价 — 时间仍是 O(n²·d)，但同时只保存 n·B 个分数；取本表的 n 以及 "
+                       "n = 1k、4k、32k",
+    "Key blocks: one S, P, m, ℓ, Õ group each (INT rounds down).":
+        "键块数：每块一组 S、P、m、ℓ、Õ（INT 向下取整）。",
+    "blocks": "块",
+    "Score cells held at once: one n×B block S_j (min(n, B) keys when B > n). Linear in n.":
+        "同时保存的分数单元格：一个 n×B 的块 S_j（B > n 时为 min(n, B) 个键）。随 n 线性增长。",
+    "Standard attention (Step 5) holds the whole n×n SCORES matrix.":
+        "标准注意力（Step 5）保存整个 n×n 的 SCORES 矩阵。",
+    "Scores computed with the causal skip: key block j meets only query rows from its own "
+    "block on (the grey 'skip' rows compute nothing); n·(n+B)/2 when B divides n.":
+        "因果跳过后实际计算的分数：键块 j 只与从它自己的块开始的查询行相遇（灰色 skip 行不计算）；"
+        "B 整除 n 时为 n·(n+B)/2。",
+    "Multiply-adds: every score (d_k each) and its share of P·V (d_v each), as in standard "
+    "attention, plus the rescaling α·Õ and α·ℓ in blocks 2 … T. Still O(n²·d): "
+    "FlashAttention saves memory traffic, not arithmetic.":
+        "乘加次数：每个分数（各 d_k 次）及其在 P·V 中的份额（各 d_v 次），与标准注意力相同，"
+        "再加上块 2 … T 中的重新缩放 α·Õ 和 α·ℓ。仍是 O(n²·d)：FlashAttention 节省的是显存读写，"
+        "不是算术。",
+    "Multiply-adds: P scores (d_k each) and their P·V terms (d_v each), plus the rescaling "
+    "α·Õ and α·ℓ in the R = (T−1)·n − B·T·(T−1)/2 rows that visit blocks 2 … T.":
+        "乘加次数：P 个分数（各 d_k 次）及其 P·V 项（各 d_v 次），再加上访问块 2 … T 的 "
+        "R = (T−1)·n − B·T·(T−1)/2 行中的重新缩放 α·Õ 和 α·ℓ。",
+    "Multiply-adds of standard attention (Step 5): Q·Kᵀ and A·V.":
+        "标准注意力（Step 5）的乘加次数：Q·Kᵀ 与 A·V。",
 }}

@@ -9,7 +9,7 @@
 from dataclasses import dataclass, field
 
 from reference.linear import linear_ref
-from sheets._bands import D_V, QKV_INPUTS, projections
+from sheets._bands import COST_ZH, D_V, QKV_INPUTS, Cost, cost_section, projections
 from sheets.attention import AttentionParams
 from workbook_builder.sheet import Custom, Kind, Map, MatMul, Rows, Step, section
 from workbook_builder.sheet.refs import range_ref
@@ -154,6 +154,7 @@ class Linear(Kind):
             section("Step 5 — divide: each output row is a weighted average of value rows",
                     Step("OUTPUT", "O = NUMER / DENOM",
                          Map("={N}/{D}", N="NUMER", D="DENOM"))),
+            cost_section(COST_TITLE, COST_SIZES, COSTS),
         ]
 
 
@@ -187,3 +188,46 @@ Linear.translations = {"zh": {
         "键 j ≤ i 的（未归一化）权重之和，加上 eps。",
     "token:row": "词:行",
 }}
+
+
+# -- the cost table: what the steps above hold and multiply, as functions of n -----------
+COST_TITLE = "Cost — O(n·d²): a d_k×d_v state instead of an n×n matrix; at this sheet's n " \
+             "and at n = 1k, 4k, 32k"
+COST_SIZES = {"n": "seq_len", "d_k": "d_k", "d_v": D_V}
+COSTS = [
+    # d_k·d_v + d_k: KV and z (causal: S_i and z_i, one token's row of STATE and Z)
+    Cost("COST_HELD", "d_k·d_v + d_k", "={d_k}*{d_v}+{d_k}",
+         "State held at once: KV (d_k×d_v) and z (d_k); causal, S_i and z_i, of which the "
+         "sheet stacks all n for reading while an RNN keeps one. Does not grow with n.",
+         "state"),
+    # KV = φ(K)ᵀV (or the S_i updates): n·d_k·d_v; NUMER = φ(Q)·KV: n·d_k·d_v;
+    # DENOM = φ(Q)·z: n·d_k; z is sums only
+    Cost("COST_MACS", "2·n·d_k·d_v + n·d_k", "=2*{n}*{d_k}*{d_v}+{n}*{d_k}",
+         "Multiply-adds: φ(K)ᵀV (causal: the S_i updates) and φ(Q)·KV, n·d_k·d_v each, and "
+         "φ(Q)·z, n·d_k (z itself is sums only). Linear in n."),
+    Cost("COST_STD_HELD", "n²", "={n}^2",
+         "Softmax attention of the same sizes holds n×n scores.", "scores"),
+    Cost("COST_STD_MACS", "n²·(d_k + d_v)", "={n}^2*({d_k}+{d_v})",
+         "Multiply-adds of softmax attention: Q·Kᵀ and A·V. Linear attention needs fewer "
+         "once n > (2·d_k·d_v + d_k)/(d_k + d_v), about d when d_k = d_v = d."),
+]
+
+Linear.translations["zh"].update({
+    **COST_ZH,
+    COST_TITLE: "代价 — O(n·d²)：用一个 d_k×d_v 的状态代替 n×n 矩阵；取本表的 n 以及 "
+                "n = 1k、4k、32k",
+    "State held at once: KV (d_k×d_v) and z (d_k); causal, S_i and z_i, of which the sheet "
+    "stacks all n for reading while an RNN keeps one. Does not grow with n.":
+        "同时保存的状态：KV（d_k×d_v）和 z（d_k）；因果时为 S_i 和 z_i，本表为了阅读把 n 个都"
+        "堆叠出来，而 RNN 只保留一个。不随 n 增长。",
+    "Multiply-adds: φ(K)ᵀV (causal: the S_i updates) and φ(Q)·KV, n·d_k·d_v each, and "
+    "φ(Q)·z, n·d_k (z itself is sums only). Linear in n.":
+        "乘加次数：φ(K)ᵀV（因果时为 S_i 的更新）和 φ(Q)·KV 各 n·d_k·d_v 次，φ(Q)·z 为 n·d_k 次"
+        "（z 本身只有加法）。随 n 线性增长。",
+    "Softmax attention of the same sizes holds n×n scores.":
+        "相同尺寸的 Softmax 注意力要保存 n×n 个分数。",
+    "Multiply-adds of softmax attention: Q·Kᵀ and A·V. Linear attention needs fewer once "
+    "n > (2·d_k·d_v + d_k)/(d_k + d_v), about d when d_k = d_v = d.":
+        "Softmax 注意力的乘加次数：Q·Kᵀ 与 A·V。当 n > (2·d_k·d_v + d_k)/(d_k + d_v) 时"
+        "（d_k = d_v = d 时约为 d）线性注意力的乘加更少。",
+})

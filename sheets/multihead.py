@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 from reference.multihead import multihead_ref
 from sheets._bands import (
     CAUSAL_MASK,
+    COST_ZH,
+    Cost,
     X,
     concat_heads,
+    cost_section,
     head_labels,
     head_steps,
     projections,
@@ -62,6 +65,24 @@ W_O = Input("W_O", lambda p: p.heads * p.d_k, "d_model", "output weights",
             head_labels("h", _heads, _d_k), "d")
 
 
+# -- the cost table: what the steps above hold and multiply, as functions of n -----------
+COST_SIZES = {"n": "seq_len", "H": "heads", "G": _groups, "d_k": _d_k}
+COSTS = [
+    # H·n²: SCORES_H1 … SCORES_HH, one n×n matrix per query head
+    Cost("COST_HELD", "H·n²", "={H}*{n}^2",
+         "Score cells held at once: every query head holds its own n×n scores (the "
+         "SCORES_Hh blocks). Quadratic in n.", "scores"),
+    # 2·n·G·d_k: the K and V blocks, what a decoder caches (GQA: G < H heads)
+    Cost("COST_KV", "2·n·G·d_k", "=2*{n}*{G}*{d_k}",
+         "Cells of K and V: the KV cache a decoder keeps. Sharing G < H key/value heads "
+         "(GQA) divides it by H/G.", "K, V"),
+    # H·(n²·d_k + n²·d_v), d_v = d_k: SCORES_Hh = Q_h·K_gᵀ and HEAD_Hh = A_h·V_g
+    Cost("COST_MACS", "H·(n²·d_k + n²·d_v), d_v = d_k", "={H}*({n}^2*{d_k}+{n}^2*{d_k})",
+         "Multiply-adds per head: n² dot products of length d_k for the scores, n·d_v "
+         "weighted sums of n values for the head's output. O(n²·d)."),
+]
+
+
 class Multihead(Kind):
     name = "multihead"
     summary = "multi-head attention: split, per-head softmax, concat, W_O (GQA via --kv-heads)"
@@ -104,6 +125,9 @@ class Multihead(Kind):
             section("Step 2f-4 — concatenate the heads and mix them with W_O",
                     [concat_heads(p.heads, p.d_k), W_O,
                      Step("OUTPUT", "O = CONCAT·W_O", MatMul("CONCAT", "W_O"))]),
+            cost_section("Cost — O(n²) memory and O(n²·d) time: every head holds an n×n "
+                         "score matrix; at this sheet's n and at n = 1k, 4k, 32k",
+                         COST_SIZES, COSTS),
         ]
 
 
@@ -120,4 +144,19 @@ Multihead.translations = {"zh": {
         "Step 2f-2：头 {h} 独立做注意力（查询列 q{hq}.*，键/值头 {g}）",
     "Step 2f-4 — concatenate the heads and mix them with W_O":
         "Step 2f-4：拼接各头，再用 W_O 线性变换整合",
+    # the cost table
+    **COST_ZH,
+    "Cost — O(n²) memory and O(n²·d) time: every head holds an n×n score matrix; at this "
+    "sheet's n and at n = 1k, 4k, 32k": "代价 — 内存 O(n²)、时间 O(n²·d)：每个头都保存一个 "
+                                        "n×n 分数矩阵；取本表的 n 以及 n = 1k、4k、32k",
+    "Score cells held at once: every query head holds its own n×n scores (the SCORES_Hh "
+    "blocks). Quadratic in n.": "同时保存的分数单元格：每个查询头都保存自己的 n×n 分数"
+                                "（SCORES_Hh 块）。随 n 二次增长。",
+    "Cells of K and V: the KV cache a decoder keeps. Sharing G < H key/value heads (GQA) "
+    "divides it by H/G.": "K 和 V 的单元格：解码器要保存的 KV 缓存。共享 G < H 个键/值头"
+                          "（GQA）使它缩小为 1/(H/G)。",
+    "Multiply-adds per head: n² dot products of length d_k for the scores, n·d_v weighted "
+    "sums of n values for the head's output. O(n²·d).":
+        "每个头的乘加次数：分数需要 n² 个长度为 d_k 的点积，头输出需要 n·d_v 个对 n 个值的"
+        "加权和。O(n²·d)。",
 }}

@@ -15,8 +15,11 @@ import numpy as np
 
 from reference.sliding_window import sliding_window_ref
 from sheets._bands import (
+    COST_ZH,
     QKV_INPUTS,
+    Cost,
     ValueWidth,
+    cost_section,
     position_label_sets,
     projections,
     scaled_scores,
@@ -316,6 +319,7 @@ class SlidingWindow(Kind):
                     masked_softmax()),
             section("Step 5 — weighted sum of the values", weighted_values(
                 "Each output row mixes only the value rows its query may see.")),
+            cost_section(COST_TITLE, COST_SIZES, costs(p)),
         ]
 
 
@@ -376,3 +380,79 @@ SlidingWindow.translations = {"zh": {
     "1 if |j − i| ≤ {w} or i, j global": "|j − i| ≤ {w} 或 i、j 为全局位置时为 1",
     "position": "位置", "global": "全局",
 }}
+
+
+# -- the cost table: the band's scores and multiply-adds as functions of n ---------------
+COST_TITLE = "Cost — the band holds about n·(2w+1) scores: O(n·w), not O(n²); at this " \
+             "sheet's n and at n = 1k, 4k, 32k"
+COST_SIZES = {"n": "seq_len", "d_k": "d_k", "d_v": "value_width", "w": "window"}
+# Σ_i (min(i+w, n−1) − max(i−w, 0) + 1) = n·(2w′+1) − w′·(w′+1), w′ = min(w, n−1)
+BAND = "={n}*(2*MIN({w},{n}-1)+1)-MIN({w},{n}-1)*(MIN({w},{n}-1)+1)"
+BAND_EQUATION = "n·(2w′+1) − w′·(w′+1)"
+BAND_NOTE = "Cells with |i − j| ≤ w: 2w+1 per row, fewer in the first and last w rows " \
+            "(w′ = min(w, n−1))."
+
+
+def global_extra(p) -> str:
+    """Cells the global tokens add to the band: row g and column g are whole,
+    2·Σ_g (n − band cells of row g), less the cells in both a global row and a global
+    column that lie outside the band, #{(a, b) ∈ G²: |a − b| > w}. A term counts only
+    while its position lies inside n."""
+    rows = "+".join(f"IF({g}<{{n}},{{n}}-(MIN({g}+{{w}},{{n}}-1)-MAX({g}-{{w}},0)+1),0)"
+                    for g in p.global_positions)
+    pairs = "+".join(f"IF(AND({b}<{{n}},{b - a}>{{w}}),1,0)"
+                     for a in p.global_positions for b in p.global_positions if a < b)
+    return f"=2*({rows})" + (f"-2*({pairs})" if pairs else "")
+
+
+# the allowed scores times d_k (Q·Kᵀ) and d_v (A·V), as a kernel that skips masked pairs
+MACS = Cost("COST_MACS", "allowed·(d_k + d_v)", "={COST_HELD}*({d_k}+{d_v})",
+            "Multiply-adds of a banded kernel: d_k per allowed score, d_v per allowed weight. "
+            "This sheet computes all n² scores and masks them afterwards (to show the band): "
+            "that is COST_STD_MACS.")
+STD = [Cost("COST_STD_HELD", "n²", "={n}^2",
+            "Full attention, and the SCORES block of this sheet: n×n.", "scores"),
+       Cost("COST_STD_MACS", "n²·(d_k + d_v)", "={n}^2*({d_k}+{d_v})",
+            "Multiply-adds of full attention: Q·Kᵀ and A·V over every pair.")]
+
+
+def costs(p) -> list[Cost]:
+    if not p.global_positions:
+        return [Cost("COST_HELD", BAND_EQUATION, BAND, BAND_NOTE + " The scores the mask "
+                     "allows. O(n·w).", "scores"), MACS, *STD]
+    return [Cost("COST_BAND", BAND_EQUATION, BAND, BAND_NOTE, "scores"),
+            Cost("COST_GLOBAL", "2·Σ_g (n − band_g) − pairs", global_extra,
+                 "What the global tokens add: their rows and columns are whole (n cells), "
+                 "less the band_g cells of row g already counted and the pairs of global "
+                 "positions farther apart than w, counted twice. O(n·g).", "scores"),
+            Cost("COST_HELD", "band + global", "={COST_BAND}+{COST_GLOBAL}",
+                 "The scores the mask allows (the ones in MASK).", "scores"),
+            MACS, *STD]
+
+
+SlidingWindow.translations["zh"].update({
+    **COST_ZH,
+    COST_TITLE: "代价 — 带状区域约保存 n·(2w+1) 个分数：O(n·w)，而不是 O(n²)；取本表的 n 以及 "
+                "n = 1k、4k、32k",
+    BAND_NOTE: "满足 |i − j| ≤ w 的单元格：每行 2w+1 个，最前和最后 w 行更少（w′ = min(w, n−1)）。",
+    BAND_NOTE + " The scores the mask allows. O(n·w).":
+        "满足 |i − j| ≤ w 的单元格：每行 2w+1 个，最前和最后 w 行更少（w′ = min(w, n−1)）。"
+        "即掩码允许的分数。O(n·w)。",
+    "What the global tokens add: their rows and columns are whole (n cells), less the band_g "
+    "cells of row g already counted and the pairs of global positions farther apart than w, "
+    "counted twice. O(n·g).":
+        "全局词增加的单元格：它们的行和列是完整的（n 个），减去第 g 行已计入的 band_g 个"
+        "带内单元格，以及相距超过 w 的全局位置对（它们被计入了两次）。O(n·g)。",
+    "2·Σ_g (n − band_g) − pairs": "2·Σ_g (n − band_g) − 位置对数",
+    "The scores the mask allows (the ones in MASK).": "掩码允许的分数（MASK 中的 1）。",
+    "band + global": "带内 + 全局",
+    "allowed·(d_k + d_v)": "允许数·(d_k + d_v)",
+    "Multiply-adds of a banded kernel: d_k per allowed score, d_v per allowed weight. This "
+    "sheet computes all n² scores and masks them afterwards (to show the band): that is "
+    "COST_STD_MACS.": "带状内核的乘加次数：每个允许的分数 d_k 次，每个允许的权重 d_v 次。本表"
+                      "先计算全部 n² 个分数再做掩码（为了展示带状区域）：那是 COST_STD_MACS。",
+    "Full attention, and the SCORES block of this sheet: n×n.":
+        "完整注意力，也就是本表的 SCORES 块：n×n。",
+    "Multiply-adds of full attention: Q·Kᵀ and A·V over every pair.":
+        "完整注意力的乘加次数：对每一对计算 Q·Kᵀ 与 A·V。",
+})

@@ -21,6 +21,7 @@ import numpy as np
 import openpyxl
 
 from reference.ssm import ssm_ref
+from sheets._bands import COST_ZH, Cost, cost_section
 from sheets.attention import Attention
 from workbook_builder.sheet import Block, Custom, Input, Kind, Map, MatMul, Section, Step, section
 from workbook_builder.sheet.kind import complete_inputs, make_params
@@ -197,9 +198,29 @@ class Ssm(Kind):
                     "selective_scan_ref does", discretised(p.d_state)),
             section("Step 4 — the scan: each row reads the row above it (h_0 = 0)", H),
             section("Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t", [Y, *GATE] if p.gate else Y),
-            Section(f"Formula cells: L·(3·D·N + 3·D + 2·N) + D·N{gated} — linear in the length "
-                    f"L; attention's scores, exponentials and weights take 4·L².", bold=False),
+            Section(f"Formula cells: L·(3·D·N + 3·D + 2·N) + D·N{gated} + 15 in the cost table "
+                    f"— linear in the length L; attention's scores, exponentials and weights "
+                    f"take 4·L².", bold=False),
+            cost_section(COST_TITLE, COST_SIZES, [
+                # D·N: one row of H, h_t, replaces h_{t−1}
+                Cost("COST_HELD", "D·N", "={D}*{N}",
+                     "State held at once: h_t, one row of H (D channels × N states); the sheet "
+                     "keeps every row for reading. Does not grow with L.", "state"),
+                # H: Ā_t·h_{t−1} + B̄_t u_t for t ≥ 2 (h_0 = 0: row 1 multiplies nothing);
+                # Y: C_t·h_t (N per channel) + D·u_t (1 per channel)
+                Cost("COST_MACS", "(L−1)·D·N + L·D·(N+1)", "=({n}-1)*{D}*{N}+{n}*{D}*({N}+1)",
+                     "Multiply-adds: the state update Ā·h + B̄u in every row after the first "
+                     "(h_0 = 0), and the read-out C_t·h_t + D·u_t. Linear in L. The "
+                     "discretisation Ā, B̄u and the gate are elementwise products, not "
+                     "counted."),
+            ]),
         ]
+
+
+# the cost table (the last section): what the scan holds and multiplies, as functions of L
+COST_TITLE = "Cost — linear in L: a D×N state updated once per step; at this sheet's L and " \
+             "at L = 1k, 4k, 32k"
+COST_SIZES = {"L": "seq_len", "D": "d_model", "N": "d_state"}
 
 
 def formula_cells(kind: type[Kind], values: dict) -> int:
@@ -280,15 +301,27 @@ Ssm.translations = {"zh": {
     "cell in both layouts: a whole-block formula would need a reshape Excel lacks.":
         "每个通道通过 C_t 读出它的 N 个状态，并加上跳跃项。两种布局都是每个单元格一个公式："
         "整块公式需要 Excel 没有的 reshape。",
-    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N — linear in the length L; attention's "
-    "scores, exponentials and weights take 4·L².":
-        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N — 与长度 L 成线性；注意力的分数、指数和"
-        "权重需要 4·L²。",
-    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N + 2·L·D for the gate — linear in the length "
-    "L; attention's scores, exponentials and weights take 4·L².":
-        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N + 门控的 2·L·D — 与长度 L 成线性；注意力的"
+    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N + 15 in the cost table — linear in the "
+    "length L; attention's scores, exponentials and weights take 4·L².":
+        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N + 代价表的 15 — 与长度 L 成线性；注意力的"
         "分数、指数和权重需要 4·L²。",
+    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N + 2·L·D for the gate + 15 in the cost table "
+    "— linear in the length L; attention's scores, exponentials and weights take 4·L².":
+        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N + 门控的 2·L·D + 代价表的 15 — 与长度 L 成"
+        "线性；注意力的分数、指数和权重需要 4·L²。",
     "Mamba's second branch; it gates the output.": "Mamba 的第二条分支；它对输出做门控。",
+    # the cost table
+    **COST_ZH,
+    COST_TITLE: "代价 — 随 L 线性增长：一个 D×N 的状态，每步更新一次；取本表的 L 以及 "
+                "L = 1k、4k、32k",
+    "State held at once: h_t, one row of H (D channels × N states); the sheet keeps every "
+    "row for reading. Does not grow with L.": "同时保存的状态：h_t，即 H 的一行（D 个通道 × "
+                                              "N 个状态）；本表为了阅读保留了每一行。不随 L 增长。",
+    "Multiply-adds: the state update Ā·h + B̄u in every row after the first (h_0 = 0), and "
+    "the read-out C_t·h_t + D·u_t. Linear in L. The discretisation Ā, B̄u and the gate are "
+    "elementwise products, not counted.":
+        "乘加次数：第一行之后每行的状态更新 Ā·h + B̄u（h_0 = 0），以及读出 C_t·h_t + D·u_t。"
+        "随 L 线性增长。离散化 Ā、B̄u 和门控是逐元素乘积，不计入。",
     "gate branch z_t": "门控分支 z_t",
     "z·sigmoid(z), written with TANH because z/(1+EXP(−z)) overflows for z below −709.":
         "z·sigmoid(z)，用 TANH 写出，因为 z/(1+EXP(−z)) 在 z 小于 −709 时会溢出。",

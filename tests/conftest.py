@@ -159,7 +159,11 @@ ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN"
            "AND", "OR", "ABS", "TANH", "SIN", "COS", "PI", "POWER", "INDEX",
            # exercise self-checks: in every Excel since 2.0, LibreOffice and `formulas`; the
            # only way to count a student's text or #DIV/0! as wrong instead of erroring
-           "ISNUMBER"}
+           "ISNUMBER",
+           # a floor, for flash's cost table: its key blocks T = ⌈n/B⌉ at n = 1k, 4k, 32k;
+           # Excel, LibreOffice and `formulas` all round down, negatives included
+           # (tests/test_portability.py shows the two engines agree)
+           "INT"}
 _STRING = re.compile(r'"[^"]*"')
 _FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
 _SPILL = re.compile(r"[A-Z]+\$?\d+#")

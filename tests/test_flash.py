@@ -19,7 +19,8 @@ from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 CASES = [(n, b, causal) for n in (1, 2, 3, 5, 7, 8) for b in range(1, n + 1)
          for causal in (False, True)]
 PORTABLE = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN", "SUM",
-            "IF", "AND", "OR", "ABS", "TANH", "POWER", "INDEX"}
+            "IF", "AND", "OR", "ABS", "TANH", "POWER", "INDEX",
+            "INT"}  # the cost table's T = ⌈n/B⌉ (see ALLOWED in conftest.py)
 
 
 def random_inputs(n: int, seed: int, d_model: int = 4, d_k: int = 3, d_v: int = 2):

@@ -2,14 +2,18 @@
 LibreOffice 7.4 and the `formulas` engine evaluate alike, and carries its values for readers
 that do not calculate."""
 
+import math
+
 import numpy as np
 import openpyxl
 import pytest
-from conftest import formulas_of, portability_problems
+from conftest import formulas_of, portability_problems, requires_libreoffice
 
 from workbook_builder.book.workbook import read_spec, spec_kind_params
 from workbook_builder.checking.check import read_inputs
 from workbook_builder.checking.names import find_name
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 
 
 @pytest.mark.parametrize("text,array,bad", [
@@ -60,3 +64,38 @@ def test_fresh_workbooks_carry_their_evaluated_values(demo_books):
                            dtype=float)
             np.testing.assert_allclose(got, expected[name], rtol=1e-9, atol=1e-9,
                                        err_msg=f"{path.name} {name}")
+
+
+INT_ARGUMENTS = [2.5, -2.5, -3, -0.5, 0, 7, 1e-9, -1e-9, 32768 / 3, (32768 + 2) / 3]
+
+
+@pytest.fixture(scope="module")
+def int_book(tmp_path_factory):
+    """INT of each argument in column B, the argument in column A, and INT of a formula."""
+    path = tmp_path_factory.mktemp("int") / "int.xlsx"
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "INT"
+    for row, x in enumerate(INT_ARGUMENTS, start=1):
+        ws.cell(row, 1, x)
+        ws.cell(row, 2, f"=INT(A{row})")
+        ws.cell(row, 3, f"=INT(-A{row}/3)")
+    wb.save(path)
+    return path
+
+
+def int_values(values) -> list[tuple[float, float]]:
+    return [(values[("INT", row, 2)], values[("INT", row, 3)])
+            for row in range(1, len(INT_ARGUMENTS) + 1)]
+
+
+def test_int_rounds_down_in_the_formulas_engine(int_book):
+    """INT is a floor, negative arguments included: INT(-2.5) = -3 (not a truncation)."""
+    got = int_values(evaluate_with_formulas(int_book))
+    assert got == [(math.floor(x), math.floor(-x / 3)) for x in INT_ARGUMENTS]
+
+
+@requires_libreoffice
+def test_int_agrees_in_libreoffice(int_book):
+    got = int_values(evaluate_with_libreoffice(int_book))
+    assert got == [(math.floor(x), math.floor(-x / 3)) for x in INT_ARGUMENTS]
