@@ -16,6 +16,10 @@ CASES = {
                                                  "causal": True}, "blocks"),
     "multihead_n2_gqa_cells": ("multihead", {"seq_len": 2, "d_model": 2, "heads": 2,
                                              "kv_heads": 1}, "cells"),
+    # the default elu+1 feature map, as it was before --features favor
+    "linear_n2_cells": ("linear", {"seq_len": 2, "d_model": 2, "d_k": 2}, "cells"),
+    "linear_n2_causal_blocks": ("linear", {"seq_len": 2, "d_model": 2, "d_k": 2,
+                                           "causal": True}, "blocks"),
 }
 
 
