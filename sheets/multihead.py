@@ -12,13 +12,13 @@ from reference.multihead import multihead_ref
 from sheets._bands import (
     CAUSAL_MASK,
     X,
-    concat_heads,
+    concat_and_mix,
     head_labels,
     head_steps,
     projections,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Input, Kind, MatMul, Step, section
+from workbook_builder.sheet import Input, Kind, section
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,7 @@ class Multihead(Kind):
                     [q, k, v] + ([CAUSAL_MASK] if mask else [])),
             *heads,
             section("Step 2f-4 — concatenate the heads and mix them with W_O",
-                    [concat_heads(p.heads, p.d_k), W_O,
-                     Step("OUTPUT", "O = CONCAT·W_O", MatMul("CONCAT", "W_O"))]),
+                    concat_and_mix(p.heads, p.d_k, W_O)),
         ]
 
 

@@ -159,7 +159,12 @@ ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN"
            "AND", "OR", "ABS", "TANH", "SIN", "COS", "PI", "POWER", "INDEX",
            # exercise self-checks: in every Excel since 2.0, LibreOffice and `formulas`; the
            # only way to count a student's text or #DIV/0! as wrong instead of erroring
-           "ISNUMBER"}
+           "ISNUMBER",
+           # the floor of T5's log buckets (relative-position), in every Excel and LibreOffice.
+           # LibreOffice's INT is an approximate floor (it snaps values within ~1e-15 of a whole
+           # number): the sheet floors only float32 values, whole or ≥ 2^-24 relative away;
+           # tests/test_relative_position.py shows the engines agree there, negatives included
+           "INT"}
 _STRING = re.compile(r'"[^"]*"')
 _FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
 _SPILL = re.compile(r"[A-Z]+\$?\d+#")
@@ -186,6 +191,9 @@ def portability_problems(text: str, is_array: bool) -> list[str]:
 
 requires_torch = pytest.mark.skipif(
     find_spec("torch") is None, reason="PyTorch is not installed (pip install torch==2.13.0)")
+requires_transformers = pytest.mark.skipif(
+    find_spec("transformers") is None,
+    reason="transformers is not installed (pip install transformers)")
 requires_libreoffice = pytest.mark.skipif(
     shutil.which("soffice") is None and shutil.which("libreoffice") is None,
     reason="LibreOffice is not installed (apt-get install libreoffice-calc-nogui)")
