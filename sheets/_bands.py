@@ -130,6 +130,12 @@ def concat_heads(heads: int, d_k: int) -> Step:
         col_labels=[f"h{h + 1}.{j + 1}" for h in range(heads) for j in range(d_k)])
 
 
+def concat_and_mix(heads: int, d_k: int, w_o: Input) -> list:
+    """CONCAT = [head_1 … head_H], the W_O input beside it, and O = CONCAT·W_O."""
+    return [concat_heads(heads, d_k), w_o,
+            Step("OUTPUT", "O = CONCAT·W_O", MatMul("CONCAT", "W_O"))]
+
+
 class TwoSequenceKind(Kind):
     """A kind over a source (src_len) and a target (tgt_len) sequence, labelled by
     --tokens "SOURCE|TARGET". Not registered itself: it has no name."""

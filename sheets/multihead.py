@@ -14,14 +14,14 @@ from sheets._bands import (
     COST_ZH,
     Cost,
     X,
-    concat_heads,
+    concat_and_mix,
     cost_section,
     head_labels,
     head_steps,
     projections,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Input, Kind, MatMul, Step, section
+from workbook_builder.sheet import Input, Kind, section
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,7 @@ class Multihead(Kind):
                     [q, k, v] + ([CAUSAL_MASK] if mask else [])),
             *heads,
             section("Step 2f-4 — concatenate the heads and mix them with W_O",
-                    [concat_heads(p.heads, p.d_k), W_O,
-                     Step("OUTPUT", "O = CONCAT·W_O", MatMul("CONCAT", "W_O"))]),
+                    concat_and_mix(p.heads, p.d_k, W_O)),
             cost_section("Cost — O(n²) memory and O(n²·d) time: every head holds an n×n "
                          "score matrix; at this sheet's n and at n = 1k, 4k, 32k",
                          COST_SIZES, COSTS),

@@ -160,9 +160,11 @@ ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN"
            # exercise self-checks: in every Excel since 2.0, LibreOffice and `formulas`; the
            # only way to count a student's text or #DIV/0! as wrong instead of erroring
            "ISNUMBER",
-           # a floor, for flash's cost table: its key blocks T = ⌈n/B⌉ at n = 1k, 4k, 32k;
-           # Excel, LibreOffice and `formulas` all round down, negatives included
-           # (tests/test_portability.py shows the two engines agree)
+           # a floor: flash's cost table (its key blocks T = ⌈n/B⌉ at n = 1k, 4k, 32k, exact
+           # integers) and T5's log buckets (relative-position). LibreOffice's INT snaps
+           # values within ~1e-15 of a whole number: the sheets floor only exact integers or
+           # float32 values, whole or ≥ 2^-24 relative away; tests/test_portability.py and
+           # tests/test_relative_position.py show the engines agree there, negatives included
            "INT"}
 _STRING = re.compile(r'"[^"]*"')
 _FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
@@ -190,6 +192,9 @@ def portability_problems(text: str, is_array: bool) -> list[str]:
 
 requires_torch = pytest.mark.skipif(
     find_spec("torch") is None, reason="PyTorch is not installed (pip install torch==2.13.0)")
+requires_transformers = pytest.mark.skipif(
+    find_spec("transformers") is None,
+    reason="transformers is not installed (pip install transformers)")
 requires_libreoffice = pytest.mark.skipif(
     shutil.which("soffice") is None and shutil.which("libreoffice") is None,
     reason="LibreOffice is not installed (apt-get install libreoffice-calc-nogui)")

@@ -1,0 +1,413 @@
+"""Kind `relative-position`: a bias that depends only on the offset j − i, added to every
+head's attention scores: ALiBi's fixed linear penalty or T5's learned, bucketed bias.
+
+    Q = X·W_Q   K = X·W_K   V = X·W_V   (H heads as column slices, d_k = d_model/H)
+    REL_POS[i,j] = j − i
+    alibi:  m_h = 2^(−8h/H)  (the paper's get_slopes; its rule for H not a power of two)
+            BIAS_h = −m_h·|j − i|      S_h = Q_h·K_hᵀ/√d_k + BIAS_h      causal mask
+    t5:     bucket(j − i) as transformers' T5Attention._relative_position_bucket, in float32
+            BIAS_h[i,j] = BIAS_TABLE[bucket_ij, h]   S_h = Q_h·K_hᵀ + BIAS_h  (T5 does not
+            scale)   bidirectional, or causal (--causal: decoder buckets and the causal mask)
+    A_h = softmax(S_h)   head_h = A_h·V_h   O = [head_1 … head_H]·W_O
+
+T5's log buckets are computed in float32 by transformers (`relative_position.float()`); the
+sheet rounds each of those steps to float32 with f32(y) = (y − y·(2²⁹+1)) + y·(2²⁹+1)
+(Veltkamp's split: the nearest number with float32's 24 significant bits), so it floors the
+same numbers transformers floors.
+"""
+
+from dataclasses import dataclass, field
+
+from reference.relative_position import relative_position_ref
+from sheets._bands import CAUSAL_MASK, X, concat_and_mix, projections, softmax_steps
+from sheets.multihead import W_K, W_O, W_Q, W_V
+from workbook_builder.errors import UserError
+from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
+
+BIASES = ["alibi", "t5"]
+SPLIT = "536870913"  # 2^29 + 1: Veltkamp's constant that leaves 53 − 29 = 24 bits
+
+
+@dataclass(frozen=True)
+class RelativePositionParams:
+    seq_len: int = field(default=6, metadata={"help": "tokens n (rows of X)"})
+    d_model: int = field(default=4, metadata={"help": "embedding width; d_k = d_model/heads"})
+    heads: int = field(default=2, metadata={
+        "help": "heads H (must divide d_model); ALiBi gives each head its own slope"})
+    bias: str = field(default="alibi", metadata={
+        "choices": BIASES,
+        "help": "alibi: fixed slopes, bias −m_h·|i−j|, causal; t5: a learned bias per "
+                "bucket of j − i"})
+    buckets: int = field(default=32, metadata={
+        "help": "t5: rows of BIAS_TABLE (relative_attention_num_buckets)"})
+    max_distance: int = field(default=128, metadata={
+        "help": "t5: distances from here on share the last bucket "
+                "(relative_attention_max_distance)"})
+    causal: bool = field(default=False, metadata={
+        "help": "t5: decoder buckets (bidirectional=False) and the causal mask; alibi is "
+                "always causal"})
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def groups(self) -> int:  # every head has its own K/V head (multihead's weights)
+        return self.heads
+
+    @property
+    def masked(self) -> bool:
+        return self.causal or self.bias == "alibi"
+
+    @property
+    def direction_buckets(self) -> int:
+        """B': the buckets of one direction (bidirectional T5 halves them)."""
+        return self.buckets if self.causal else self.buckets // 2
+
+    @property
+    def max_exact(self) -> int:
+        """e = B'/2: distances below e have a bucket each."""
+        return self.direction_buckets // 2
+
+    @property
+    def log_buckets(self) -> int:
+        """B' − e: the buckets shared out on a log scale."""
+        return self.direction_buckets - self.max_exact
+
+    @property
+    def log_rows(self) -> int:
+        """Distances e … n−1, the ones that take the log."""
+        return max(0, self.seq_len - self.max_exact)
+
+    @property
+    def pow2_heads(self) -> int:
+        """P = 2^⌊log2 H⌋, the power of two get_slopes starts from."""
+        return 1 << (self.heads.bit_length() - 1)
+
+
+def f32(y: str) -> str:
+    """y rounded to float32's 24 significant bits (Veltkamp): exact in IEEE doubles."""
+    return f"({y}-{y}*{SPLIT})+{y}*{SPLIT}"
+
+
+def _buckets(p):
+    return list(range(p.buckets))
+
+
+def _head_names(p):
+    return [f"h{h + 1}" for h in range(p.heads)]
+
+
+def _positions(p):
+    return list(range(p.seq_len))
+
+
+def _distances(p):  # the rows of the float32 log table
+    return list(range(p.max_exact, p.seq_len))
+
+
+BIAS_TABLE = Input("BIAS_TABLE", "buckets", "heads", "learned bias per bucket and head",
+                   _buckets, _head_names, "T5's relative_attention_bias: one row per bucket.",
+                   corner="bucket\\head", when=lambda p: p.bias == "t5")
+
+# REL_POS[i,j] = j − i  (transformers: memory_position − context_position)
+REL_POS = Step("REL_POS", "r = j − i", Map("={COL_LABEL}-{ROW_LABEL}", rows="seq_len",
+                                           cols="seq_len"),
+               "How far key j lies from query i: negative for earlier keys, positive for "
+               "later ones.", row_labels=_positions, col_labels=_positions, corner="i\\j",
+               number_format="0")
+
+# m_h = 2^(−8h/H); H not a power of two: 2^(−8h/P) for h ≤ P, 2^(−4(2(h−P)−1)/P) after
+SLOPES_POW2 = "=POWER(2,-8*{COL_LABEL}/{heads})"
+SLOPES_MIXED = ("=IF({COL_LABEL}<={pow2_heads},POWER(2,-8*{COL_LABEL}/{pow2_heads}),"
+                "POWER(2,-4*(2*({COL_LABEL}-{pow2_heads})-1)/{pow2_heads}))")
+
+
+def slopes(p) -> Step:
+    pow2 = p.heads == p.pow2_heads
+    return Step("SLOPES", "m_h = 2^(−8h/{heads})" if pow2 else
+                "m_h = 2^(−8h/{pow2_heads}) for h ≤ {pow2_heads}, then 2^(−4(2t−1)/{pow2_heads})",
+                Map(SLOPES_POW2 if pow2 else SLOPES_MIXED, rows=1, cols="heads"),
+                "One slope per head, a geometric sequence: steep heads look only nearby, "
+                "gentle ones far." if pow2 else
+                "H is not a power of two: the slopes of the nearest power of two P below H, "
+                "then every other slope of 2P heads (the paper's get_slopes).",
+                row_labels=["m"], col_labels=lambda p: list(range(1, p.heads + 1)),
+                corner="h", number_format="0.000000")
+
+
+# -- T5 buckets ------------------------------------------------------------------------------
+def float32_table() -> list[Step]:
+    """transformers' log-bucket steps for each distance d ≥ e, each rounded to float32."""
+    table = {"row_labels": _distances, "col_labels": ["f32"], "corner": "d",
+             "number_format": "0.0000000"}
+    return [
+        # c = f32(ln(max_distance / e))
+        Step("LOG_RANGE", "c = f32(ln({max_distance}/{max_exact}))",
+             Map("=" + f32("LN({max_distance}/{max_exact})"), rows=1, cols=1),
+             "The log of the range the log buckets cover; transformers casts this Python "
+             "float to float32.", row_labels=["c"], col_labels=["f32"],
+             number_format="0.0000000"),
+        # a_d = f32(d / e)
+        Step("RATIO", "a = f32(d / {max_exact})",
+             Map("=" + f32("{ROW_LABEL}/{max_exact}"), rows=lambda p: p.log_rows, cols=1),
+             "relative_position.float() / max_exact: float32, like every step of this "
+             "table.", **table),
+        # ℓ_d = f32(ln a_d)
+        Step("LOG_RATIO", "ℓ = f32(ln a)", Map("=" + f32("LN({A})"), A="RATIO"),
+             "torch.log in float32.", **table),
+        # q_d = f32(ℓ_d / c)
+        Step("LOG_FRACTION", "q = f32(ℓ / c)", Map("=" + f32("{L}/{C}"), L="LOG_RATIO",
+                                                    C="LOG_RANGE"),
+             "How far along the log range distance d lies.", **table),
+        # x_d = f32(q_d · (B' − e))
+        Step("LOG_BIN", "x = f32(q · {log_buckets})",
+             Map("=" + f32("{Q}*{log_buckets}"), Q="LOG_FRACTION"),
+             "Log buckets above max_exact before flooring; float32 decides the floor where "
+             "x is a whole number in exact arithmetic.", **table),
+    ]
+
+
+def _bucket_parts(r: str, p, array: bool = False) -> tuple[str, str]:
+    """(offset +, distance d) of a relative position r, as formula text; in an array
+    formula −min(r, 0) is an IF (MIN of an array is one number)."""
+    if p.causal:
+        return "", f"IF({r}<0,-{r},0)" if array else f"-MIN({r},0)"
+    return f"IF({r}>0,{p.direction_buckets},0)+", f"ABS({r})"
+
+
+def bucket_cell(i, j, env):
+    """offset (bidirectional: B' for keys after the query) + d if d < e, else
+    min(B' − 1, e + ⌊x_d⌋), x_d looked up in LOG_BIN by the distance."""
+    p = env.params
+    offset, distance = _bucket_parts(env["REL_POS"].cell(i, j), p)
+    if not p.log_rows:
+        return f"={offset}{distance}"
+    log_bin = f"INDEX({env['LOG_BIN'].whole()},{distance}-{p.max_exact}+1,1)"
+    return (f"={offset}IF({distance}<{p.max_exact},{distance},"
+            f"MIN({p.direction_buckets - 1},{p.max_exact}+INT({log_bin})))")
+
+
+def bucket_row(i, env):
+    """Row i as one array formula: x_d picked by matching d against LOG_BIN's distance
+    labels (MMULT with a 0/1 match matrix), and the cap as an IF."""
+    p = env.params
+    offset, distance = _bucket_parts(env["REL_POS"].row(i), p, array=True)
+    if not p.log_rows:
+        return f"={offset}{distance}"
+    log_bin = env["LOG_BIN"]
+    large = (f"{p.max_exact}+INT(MMULT(TRANSPOSE({log_bin.whole()}),"
+             f"0+({log_bin.row_labels()}={distance})))")
+    last = p.direction_buckets - 1
+    return (f"={offset}IF({distance}<{p.max_exact},{distance},"
+            f"IF({large}<{last},{large},{last}))")
+
+
+def bucket_step(p) -> Step:
+    last, half = p.direction_buckets - 1, p.direction_buckets
+    rule = f"d if d < {{max_exact}} else min({last}, {{max_exact}} + ⌊x_d⌋)"
+    equation = f"d = −min(r, 0);  {rule}" if p.causal else f"{half}·[r > 0] + ({rule}),  d = |r|"
+    return Step("BUCKET", equation, Custom("seq_len", "seq_len", bucket_cell,
+                                           per_row=bucket_row),
+                "T5's bucket of each offset: one per distance below max_exact, then "
+                "logarithmically wider ones up to max_distance." +
+                ("" if p.causal else " Keys after the query use the upper half."),
+                row_labels=_positions, col_labels=_positions, corner="i\\j",
+                number_format="0")
+
+
+# -- per-head bias ---------------------------------------------------------------------------
+def alibi_bias(h: int) -> Custom:
+    """BIAS_h = −m_h·|j − i|."""
+    def each(i, j, env):
+        return f"=-{env['SLOPES'].fixed(0, h)}*ABS({env['REL_POS'].cell(i, j)})"
+
+    def whole(env):
+        return f"=-{env['SLOPES'].fixed(0, h)}*ABS({env['REL_POS'].whole()})"
+
+    return Custom("seq_len", "seq_len", each, whole=whole)
+
+
+def t5_bias(h: int) -> Custom:
+    """BIAS_h[i,j] = BIAS_TABLE[bucket_ij, h]: INDEX per cell (it counts from 1); in
+    `blocks` one array formula per row picks the entry whose bucket label matches, as
+    column h of the table times a 0/1 match matrix (INDEX takes no array of rows portably)."""
+    def each(i, j, env):
+        return f"=INDEX({env['BIAS_TABLE'].whole()},{env['BUCKET'].cell(i, j)}+1,{h + 1})"
+
+    def per_row(i, env):
+        table = env["BIAS_TABLE"]
+        return (f"=MMULT(TRANSPOSE({table.col(h)}),"
+                f"0+({table.row_labels()}={env['BUCKET'].row(i)}))")
+
+    return Custom("seq_len", "seq_len", each, per_row=per_row)
+
+
+def head_band(h: int, p) -> list[Step]:
+    """Head h (0-based): scores (scaled for ALiBi), + bias, softmax, A·V_h."""
+    sfx, cols = f"_H{h + 1}", (h * p.d_k, (h + 1) * p.d_k - 1)
+    scores = [Step("SCORES" + sfx, f"S = Q_{h + 1}·K_{h + 1}ᵀ", MatMulT("Q", "K", cols, cols),
+                   "Dot product of query i with key j.")]
+    if p.bias == "alibi":
+        scores.append(Step("SCALED" + sfx, "S / √d_k   (d_k = {d_k})",
+                           Map("={S}/SQRT({d_k})", S="SCORES" + sfx),
+                           "Scores of this head divided by √d_k."))
+        bias = Step("BIAS" + sfx, f"−m_{h + 1}·|j − i|", alibi_bias(h),
+                    "ALiBi: a penalty growing linearly with the distance, at this head's "
+                    "slope.", row_labels="tokens", col_labels="tokens")
+    else:
+        bias = Step("BIAS" + sfx, f"BIAS_TABLE[BUCKET, h{h + 1}]", t5_bias(h),
+                    "This head's learned bias for the bucket of each offset.",
+                    row_labels="tokens", col_labels="tokens")
+    logits = scores[-1].name
+    return [*scores, bias,
+            Step("BIASED" + sfx, "S + B" if p.bias == "t5" else "S/√d_k + B",
+                 Map("={S}+{B}", S=logits, B="BIAS" + sfx, labels_from=logits),
+                 "Scores plus the position bias; T5 does not divide by √d_k." if
+                 p.bias == "t5" else "Scaled scores plus the position bias."),
+            *softmax_steps("BIASED" + sfx, "MASK" if p.masked else None, sfx),
+            Step("HEAD" + sfx, f"head_{h + 1} = A·V_{h + 1}",
+                 MatMul("WEIGHTS" + sfx, "V", b_cols=cols), f"Output of head {h + 1}.",
+                 col_labels=f"h{h + 1}.")]
+
+
+class RelativePosition(Kind):
+    name = "relative-position"
+    summary = "relative position bias on the scores: ALiBi slopes or T5 buckets (--bias)"
+    sheet_title = "RelativePosition"
+    Params = RelativePositionParams
+    reference = staticmethod(relative_position_ref)
+    inputs = [X, W_Q, W_K, W_V, BIAS_TABLE, W_O]
+    test_cases = [
+        {"bias": "alibi", "seq_len": 5, "d_model": 4, "heads": 2},
+        {"bias": "alibi", "seq_len": 4, "d_model": 6, "heads": 3},
+        {"bias": "t5", "seq_len": 7, "d_model": 4, "heads": 2, "buckets": 8,
+         "max_distance": 6},
+        {"bias": "t5", "seq_len": 6, "d_model": 2, "heads": 1, "buckets": 6,
+         "max_distance": 7, "causal": True},
+        {"bias": "t5", "seq_len": 3, "d_model": 2, "heads": 1},  # every distance exact
+    ]
+    demo_cases = [
+        ("relative_position_alibi", {"bias": "alibi", "seq_len": 6, "d_model": 8,
+                                     "heads": 4}),
+        ("relative_position_t5", {"bias": "t5", "seq_len": 8, "d_model": 4, "heads": 2,
+                                  "buckets": 12, "max_distance": 16}),
+        ("relative_position_t5_causal", {"bias": "t5", "seq_len": 8, "d_model": 4,
+                                         "heads": 2, "buckets": 8, "max_distance": 16,
+                                         "causal": True}),
+    ]
+
+    @classmethod
+    def validate(cls, p):
+        super().validate(p)
+        if p.bias not in BIASES:
+            raise UserError(f"--bias must be one of {', '.join(BIASES)}, got {p.bias!r}")
+        if p.d_model % p.heads:
+            raise UserError(f"--heads {p.heads} does not divide --d-model {p.d_model}")
+        if p.bias != "t5":
+            return
+        if p.max_exact < 1:
+            least = 2 if p.causal else 4
+            raise UserError(f"--buckets must be at least {least} for "
+                            f"{'causal' if p.causal else 'bidirectional'} T5 buckets, "
+                            f"got {p.buckets}")
+        if p.max_distance <= p.max_exact:
+            raise UserError(f"--max-distance must exceed max_exact = {p.max_exact} "
+                            f"(half of the {p.direction_buckets} buckets of a direction), "
+                            f"got {p.max_distance}")
+
+    @classmethod
+    def describe(cls, p):
+        if p.bias == "alibi":
+            return f"seq_len={p.seq_len}, d_model={p.d_model}, heads={p.heads}, bias=alibi, " \
+                   f"causal=always"
+        return super().describe(p)
+
+    @classmethod
+    def sections(cls, p):
+        if p.bias == "alibi":
+            position = section("Step 3 — ALiBi: a slope per head and the offsets j − i",
+                               [REL_POS, slopes(p)])
+        else:
+            direction = "causal" if p.causal else "bidirectional"
+            table = [float32_table()] if p.log_rows else []
+            position = section(
+                f"Step 3 — T5 buckets of the offsets j − i ({{buckets}} buckets, max distance "
+                f"{{max_distance}}, {direction}); distances from max_exact = {{max_exact}} on "
+                f"take the log, in float32 as transformers",
+                [REL_POS], *table, [bucket_step(p)])
+        inputs = [X, W_Q, W_K, W_V] + ([BIAS_TABLE] if p.bias == "t5" else [])
+        heads = [section(f"Head {h + 1} — scores, position bias, softmax, A·V",
+                         head_band(h, p)) for h in range(p.heads)]
+        mix = section("Step 5 — concatenate the heads and mix them with W_O",
+                      concat_and_mix(p.heads, p.d_k, W_O))
+        return [section("Step 1 — inputs ({heads} heads, d_k = d_model/H = {d_k})", inputs),
+                section("Step 2 — projections; head h owns columns h·d_k … (h+1)·d_k − 1",
+                        [*projections()] + ([CAUSAL_MASK] if p.masked else [])),
+                position, *heads, mix]
+
+
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
+RelativePosition.translations = {"zh": {
+    "relative position bias on the scores: ALiBi slopes or T5 buckets (--bias)":
+        "加在分数上的相对位置偏置：ALiBi 斜率或 T5 分桶（--bias）",
+    "Step 1 — inputs ({h} heads, d_k = d_model/H = {d})":
+        "Step 1：输入（{h} 个头，d_k = d_model/H = {d}）",
+    "query weights, heads side by side": "查询权重，各头并排",
+    "learned bias per bucket and head": "每个桶、每个头学习到的偏置",
+    "T5's relative_attention_bias: one row per bucket.":
+        "T5 的 relative_attention_bias：每个桶一行。",
+    "Step 2 — projections; head h owns columns h·d_k … (h+1)·d_k − 1":
+        "Step 2：生成 Q、K、V — 头 h 占第 h·d_k … (h+1)·d_k − 1 列",
+    "Step 3 — ALiBi: a slope per head and the offsets j − i":
+        "Step 3：ALiBi — 每个头一个斜率，以及相对位置 j − i",
+    "Step 3 — T5 buckets of the offsets j − i ({b} buckets, max distance {m}, {dir}); "
+    "distances from max_exact = {e} on take the log, in float32 as transformers":
+        "Step 3：把相对位置 j − i 分桶（T5：{b} 个桶，最大距离 {m}，{dir}）；"
+        "距离从 max_exact = {e} 起取对数，与 transformers 一样用 float32 计算",
+    "causal": "因果", "bidirectional": "双向",
+    "How far key j lies from query i: negative for earlier keys, positive for later ones.":
+        "键 j 相对查询 i 的位置：更早的键为负，更晚的键为正。",
+    "One slope per head, a geometric sequence: steep heads look only nearby, gentle ones "
+    "far.": "每个头一个斜率，构成等比数列：斜率大的头只看近处，斜率小的头能看得更远。",
+    "H is not a power of two: the slopes of the nearest power of two P below H, then every "
+    "other slope of 2P heads (the paper's get_slopes).":
+        "H 不是 2 的幂：先取不超过 H 的最大 2 的幂 P 的斜率，再取 2P 个头的斜率中每隔一个的值"
+        "（论文代码 get_slopes 的规则）。",
+    "m_h = 2^(−8h/{p}) for h ≤ {q}, then 2^(−4(2t−1)/{r})":
+        "h ≤ {q} 时 m_h = 2^(−8h/{p})，之后为 2^(−4(2t−1)/{r})",
+    "The log of the range the log buckets cover; transformers casts this Python float to "
+    "float32.": "对数分桶所覆盖范围的对数；transformers 把这个 Python 浮点数转成 float32。",
+    "relative_position.float() / max_exact: float32, like every step of this table.":
+        "relative_position.float() / max_exact：与本表每一步一样，用 float32 计算。",
+    "torch.log in float32.": "float32 下的 torch.log。",
+    "How far along the log range distance d lies.": "距离 d 在对数范围中所处的位置。",
+    "Log buckets above max_exact before flooring; float32 decides the floor where x is a "
+    "whole number in exact arithmetic.":
+        "取整之前、max_exact 之上的对数桶数；当精确计算下 x 恰为整数时，由 float32 的舍入"
+        "决定向下取整的结果。",
+    "T5's bucket of each offset: one per distance below max_exact, then logarithmically "
+    "wider ones up to max_distance.":
+        "T5 为每个相对位置分配的桶：距离小于 max_exact 时每个距离一个桶，之后桶按对数变宽，"
+        "直到 max_distance。",
+    "T5's bucket of each offset: one per distance below max_exact, then logarithmically "
+    "wider ones up to max_distance. Keys after the query use the upper half.":
+        "T5 为每个相对位置分配的桶：距离小于 max_exact 时每个距离一个桶，之后桶按对数变宽，"
+        "直到 max_distance。查询之后的键使用上半部分的桶。",
+    "Head {h} — scores, position bias, softmax, A·V":
+        "Step 4：头 {h} — 分数、位置偏置、Softmax 归一化、加权求和",
+    "ALiBi: a penalty growing linearly with the distance, at this head's slope.":
+        "ALiBi：按该头的斜率，随距离线性增大的惩罚。",
+    "This head's learned bias for the bucket of each offset.":
+        "该头为每个相对位置所在的桶学习到的偏置。",
+    "Scores plus the position bias; T5 does not divide by √d_k.":
+        "分数加上位置偏置；T5 不除以 √d_k。",
+    "Scaled scores plus the position bias.": "缩放后的分数加上位置偏置。",
+    "Step 5 — concatenate the heads and mix them with W_O":
+        "Step 5：拼接各头，再用 W_O 线性变换整合",
+    "bucket\\head": "桶\\头",
+    "d = −min(r, 0);  d if d < {e} else min({b}, {f} + ⌊x_d⌋)":
+        "d = −min(r, 0)；d < {e} 时为 d，否则为 min({b}, {f} + ⌊x_d⌋)",
+    "{h}·[r > 0] + (d if d < {e} else min({b}, {f} + ⌊x_d⌋)),  d = |r|":
+        "{h}·[r > 0] + （d < {e} 时为 d，否则为 min({b}, {f} + ⌊x_d⌋)），d = |r|",
+}}
