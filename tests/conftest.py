@@ -159,7 +159,11 @@ ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN"
            "AND", "OR", "ABS", "TANH", "SIN", "COS", "PI", "POWER", "INDEX",
            # exercise self-checks: in every Excel since 2.0, LibreOffice and `formulas`; the
            # only way to count a student's text or #DIV/0! as wrong instead of erroring
-           "ISNUMBER"}
+           "ISNUMBER",
+           # scaling's summary: the median row's ‖J_i‖_F (the mean is carried by the few
+           # rows whose top scores nearly tie); in every Excel, LibreOffice and `formulas`
+           # (test_scaling.py shows the two agree, negative and even-count arguments included)
+           "MEDIAN"}
 _STRING = re.compile(r'"[^"]*"')
 _FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
 _SPILL = re.compile(r"[A-Z]+\$?\d+#")
