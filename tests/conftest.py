@@ -165,7 +165,11 @@ ALLOWED = {"SUMPRODUCT", "MMULT", "TRANSPOSE", "EXP", "LN", "SQRT", "MAX", "MIN"
            # values within ~1e-15 of a whole number: the sheets floor only exact integers or
            # float32 values, whole or ≥ 2^-24 relative away; tests/test_portability.py and
            # tests/test_relative_position.py show the engines agree there, negatives included
-           "INT"}
+           "INT",
+           # scaling's summary: the median row's ‖J_i‖_F (the mean is carried by the few
+           # rows whose top scores nearly tie); in every Excel, LibreOffice and `formulas`
+           # (test_scaling.py shows the two agree, negative and even-count arguments included)
+           "MEDIAN"}
 _STRING = re.compile(r'"[^"]*"')
 _FUNCTION = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
 _SPILL = re.compile(r"[A-Z]+\$?\d+#")

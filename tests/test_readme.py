@@ -34,8 +34,11 @@ def readme_section(kind_name: str) -> str:
 
 
 def documented_name(name: str) -> str:
-    """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj."""
-    return re.sub(r"_H\d+$", "_Hh", re.sub(r"_B\d+$", "_Bj", name))
+    """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj, SCORES_D64 (a width) as
+    SCORES_Dw."""
+    for numbered, documented in (("H", "Hh"), ("B", "Bj"), ("D", "Dw")):
+        name = re.sub(rf"_{numbered}\d+$", f"_{documented}", name)
+    return name
 
 
 @pytest.mark.parametrize("kind_name", sorted(KINDS))

@@ -3,6 +3,7 @@
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.declare import (
     Cell,
+    Chart,
     Custom,
     Dim,
     Env,
@@ -12,6 +13,7 @@ from workbook_builder.sheet.declare import (
     MatMulT,
     Rows,
     Section,
+    Series,
     Step,
     Table,
     dims,
@@ -20,5 +22,5 @@ from workbook_builder.sheet.declare import (
 )
 from workbook_builder.sheet.kind import Kind
 
-__all__ = ["Block", "Cell", "Custom", "Dim", "Env", "Input", "Kind", "Map", "MatMul",
-           "MatMulT", "Rows", "Section", "Step", "Table", "dims", "rows_of", "section"]
+__all__ = ["Block", "Cell", "Chart", "Custom", "Dim", "Env", "Input", "Kind", "Map", "MatMul",
+           "MatMulT", "Rows", "Section", "Series", "Step", "Table", "dims", "rows_of", "section"]

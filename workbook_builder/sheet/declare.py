@@ -429,7 +429,48 @@ class Table:
     rows: tuple[tuple[str, str], ...]
 
 
-Item = Input | Step | Table
+@dataclass(frozen=True)
+class Series:
+    """One series of a `Chart`: column `index` of a placed block (its row with
+    along="row"), named by that column's (row's) label cell and plotted against the block's
+    row (column) labels, all as live references."""
+
+    block: str
+    index: int
+    along: str = "col"  # "col": a column over the row labels; "row": a row over the column labels
+
+
+CHART_KINDS = ("scatter", "line")
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart in a band, beside the blocks it reads. `kind` "scatter" plots the series
+    against numeric labels (e.g. widths), "line" against labels as categories (e.g. the
+    keys of a row of weights). `title` sits in the cell above the chart, so it is
+    translated with the sheet; axis titles are symbols and stay as written. The chart
+    takes `cols` × `rows` cells of the band; `log_x` is a base for a logarithmic x axis
+    (scatter only)."""
+
+    title: str
+    series: tuple[Series, ...]
+    kind: str = "scatter"
+    x_title: str = ""
+    y_title: str = ""
+    log_x: int | None = None
+    cols: int = 9
+    rows: int = 16
+
+    def __post_init__(self):
+        if self.kind not in CHART_KINDS:
+            raise ValueError(f"chart kind must be one of {CHART_KINDS}, got {self.kind!r}")
+        if any(s.along not in ("col", "row") for s in self.series):
+            raise ValueError("a series runs along a block's \"col\" or \"row\"")
+        if self.log_x is not None and self.kind != "scatter":
+            raise ValueError("only a scatter chart has a numeric (logarithmic) x axis")
+
+
+Item = Input | Step | Table | Chart
 
 
 @dataclass(frozen=True)

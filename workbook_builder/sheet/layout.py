@@ -7,12 +7,17 @@ A block is a rectangle of cells under a three-line header:
     corner | col labels
     row label | data ...
 
-Sections are placed top to bottom; the blocks of one band side by side.
+Sections are placed top to bottom; the blocks of one band side by side. A chart in a band
+takes a rectangle of cells there and reads its series from blocks already placed.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+from openpyxl.chart import LineChart, ScatterChart
+from openpyxl.chart import Series as ChartData
+from openpyxl.chart.data_source import AxDataSource
+from openpyxl.chart.series import SeriesLabel, StrRef
 from openpyxl.comments import Comment
 from openpyxl.formatting.rule import ColorScaleRule
 from openpyxl.styles import Alignment, Font, PatternFill
@@ -23,10 +28,12 @@ from openpyxl.worksheet.worksheet import Worksheet
 from workbook_builder.engines.thirdparty import copy_style
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.declare import (
+    Chart,
     Env,
     Input,
     Labels,
     Section,
+    Series,
     Step,
     Table,
     dims,
@@ -100,6 +107,8 @@ class SheetWriter:
                         self._input(item, inputs[item.name])
                     elif isinstance(item, Step):
                         self._step(item)
+                    elif isinstance(item, Chart):
+                        self._chart(item)
                     else:
                         self._table(item)
                 self.row = self._band[2] + 2
@@ -185,6 +194,53 @@ class SheetWriter:
             self.ws.cell(top + i, left + 3, text_of(value, self.params))
         self._band[1] = left + 5
         self._band[2] = max(self._band[2], top + len(table.rows) - 1)
+
+    def _chart(self, chart: Chart) -> None:
+        """The chart's title in the band's next slot and the chart below it, every series
+        a reference to the live cells of a placed block. An exercise's hidden key keeps the
+        slot empty (nobody sees it; its blocks stay where the visible sheet has them)."""
+        top, left = self._band[0], self._band[1]
+        self._band[1] = left + chart.cols + 1
+        self._band[2] = max(self._band[2], top + chart.rows)
+        if not self.name_blocks:
+            return
+        self.ws.cell(top, left, text_of(chart.title, self.params)).font = NAME_FONT
+        drawn = ScatterChart() if chart.kind == "scatter" else LineChart()
+        drawn.x_axis.title = chart.x_title or None
+        drawn.y_axis.title = chart.y_title or None
+        drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
+        drawn.x_axis.axPos = "b"
+        if chart.log_x is not None:
+            drawn.x_axis.scaling.logBase = chart.log_x
+        for series in chart.series:
+            drawn.series.append(self._chart_data(series, chart.kind))
+        drawn.width, drawn.height = chart.cols * 1.8, chart.rows * 0.53  # cm, as the cells
+        self.ws.add_chart(drawn, cell_ref(top + 1, left))
+
+    def _chart_data(self, series: Series, kind: str):
+        """Values, x values (categories) and name of one series, as sheet references."""
+        block = self.blocks[series.block]
+        count = block.cols if series.along == "col" else block.rows
+        if not 0 <= series.index < count:
+            raise ValueError(f"chart series {series.index} is outside block {block.name}")
+        sheet = quote_sheet(block.sheet)
+        if series.along == "col":
+            column = block.left + series.index
+            values = range_ref(block.top, column, block.bottom, column, True, True)
+            labels, name = block.row_labels(), cell_ref(block.top - 1, column, True, True)
+        else:
+            row = block.top + series.index
+            values = range_ref(row, block.left, row, block.right, True, True)
+            labels, name = block.col_labels(), cell_ref(row, block.left - 1, True, True)
+        data = ChartData(f"{sheet}!{values}",
+                         xvalues=f"{sheet}!{labels}" if kind == "scatter" else None)
+        data.smooth = False  # straight segments: a smoothed curve overshoots the points
+        if kind == "scatter":
+            data.marker.symbol = "circle"
+        else:
+            data.cat = AxDataSource(strRef=StrRef(f=f"{sheet}!{labels}"))
+        data.tx = SeriesLabel(strRef=StrRef(f=f"{sheet}!{name}"))
+        return data
 
     # -- placing and naming ----------------------------------------------------------------
     def _place(self, name: str, rows: int, cols: int) -> Block:
