@@ -9,30 +9,22 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build
+from conftest import KINDS, build
 
 from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 
-CASES = [
-    ("multihead", {"seq_len": 3, "d_model": 6, "heads": 3}),
-    ("multihead", {"seq_len": 5, "d_model": 8, "heads": 4, "kv_heads": 2, "causal": True}),
-    ("flash", {"seq_len": 7, "d_model": 3, "d_k": 2, "block_size": 3}),
-    ("flash", {"seq_len": 5, "d_model": 3, "d_k": 2, "d_v": 3, "block_size": 2,
-               "causal": True}),
+COSTED = ("multihead", "flash", "sliding-window", "linear", "ssm")
+# every demo case of the five kinds (built once per run), and edge cases beside them
+DEMOS = [(kind, stem, values) for kind in COSTED for stem, values in KINDS[kind].demo_cases]
+EDGES = [
     ("flash", {"seq_len": 6, "d_model": 2, "d_k": 2, "block_size": 4, "causal": True}),
     ("flash", {"seq_len": 3, "d_model": 2, "d_k": 2, "block_size": 3, "causal": True}),
-    ("sliding-window", {"seq_len": 5, "d_model": 3, "d_k": 2, "window": 1}),
     ("sliding-window", {"seq_len": 4, "d_model": 2, "d_k": 2, "d_v": 3, "window": 6}),
-    ("sliding-window", {"seq_len": 8, "d_model": 2, "d_k": 2, "window": 1,
-                        "global_tokens": "0,5"}),
     ("sliding-window", {"seq_len": 8, "d_model": 2, "d_k": 3, "window": 2,
                         "global_tokens": "0,1,7"}),
     ("sliding-window", {"seq_len": 4, "d_model": 2, "d_k": 2, "window": 0,
                         "global_tokens": "3"}),
-    ("linear", {"seq_len": 4, "d_model": 3, "d_k": 2, "d_v": 3}),
-    ("linear", {"seq_len": 5, "d_model": 4, "d_k": 3, "d_v": 2, "causal": True}),
-    ("ssm", {"seq_len": 6, "d_model": 2, "d_state": 3}),
     ("ssm", {"seq_len": 1, "d_model": 3, "d_state": 2, "gate": True}),
 ]
 
@@ -143,10 +135,7 @@ def counted(kind: str, p: dict, book: Book) -> dict[str, int]:
 UNCOUNTED = {"linear": {"COST_STD_HELD", "COST_STD_MACS"}}
 
 
-@pytest.mark.parametrize("kind,params", CASES, ids=[f"{k}-{i}" for i, (k, _) in
-                                                     enumerate(CASES)])
-def test_the_table_at_the_sheets_n_counts_the_sheet(tmp_path, kind, params):
-    book = Book(build(tmp_path, kind, params))
+def check_counts(kind: str, params: dict, book: Book) -> None:
     got = counted(kind, params, book)
     table = {name: book.cost(name)[0] for name in book.names(r"COST_\w+")
              if name not in ("COST_SIZES", "COST_N")}
@@ -155,6 +144,19 @@ def test_the_table_at_the_sheets_n_counts_the_sheet(tmp_path, kind, params):
     assert book.cost("COST_N") == [params["seq_len"], 1024, 4096, 32768]
     for name, count in got.items():
         assert table[name] == count, name
+
+
+@pytest.mark.parametrize("kind,stem,params", DEMOS, ids=[stem for _, stem, _ in DEMOS])
+def test_the_table_at_the_sheets_n_counts_the_sheet(demo, kind, stem, params):
+    check_counts(kind, params, Book(demo.out / f"{stem}_cells.xlsx"))
+
+
+@pytest.mark.parametrize("kind,params", EDGES, ids=[f"{k}-{i}" for i, (k, _) in
+                                                     enumerate(EDGES)])
+def test_the_table_counts_the_sheet_at_the_edges(tmp_path, kind, params):
+    """B = n and B not dividing n, causal; a window wider than the sheet; global tokens
+    next to each other and at the ends; w = 0; a one-step scan."""
+    check_counts(kind, params, Book(build(tmp_path, kind, params)))
 
 
 GROWTH = [  # (demo workbook, column, ratio from n = 4k to 32k, relative tolerance)
