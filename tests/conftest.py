@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
+import numpy as np
 import openpyxl
 import pytest
 from filelock import FileLock
@@ -21,8 +22,13 @@ from workbook_builder.book.files import BuiltBook, write_workbook
 from workbook_builder.checking.check import CheckReport, check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli.app import main
-from workbook_builder.sheet.kind import make_params
+from workbook_builder.engines.cached_values import store_values
+from workbook_builder.engines.gnumeric import recalculate_many
+from workbook_builder.engines.libreoffice import convert_many
+from workbook_builder.engines.thirdparty import load_workbook
+from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.teaching.exercise import ExerciseSpec
 
 KINDS = load_kinds()
 ALL_CASES = [(name, i, case) for name, kind in sorted(KINDS.items())
@@ -63,6 +69,72 @@ def block_values(path: Path, name: str) -> list[list]:
     ws = wb[where.sheet]
     return [[ws.cell(where.top + i, where.left + j).value for j in range(where.shape[1])]
             for i in range(where.shape[0])]
+
+
+# -- exercises -------------------------------------------------------------------------------
+
+ATTENTION = {"seq_len": 3, "d_model": 2, "d_k": 2}
+
+
+def exercise_book(tmp_path, kind_name, values, steps, layout="cells", seed=5, name=None,
+                  **options):
+    """Build an exercise workbook; returns it and the reference's value of every step."""
+    kind = KINDS[kind_name]
+    params = make_params(kind, values)
+    path = tmp_path / (name or f"{kind_name}_{layout}.xlsx")
+    write_workbook(kind, params, path, seed=seed, layout=layout,
+                   exercise=ExerciseSpec(tuple(steps), **options))
+    answers = kind.reference(complete_inputs(kind, params, {}, seed), params)
+    return path, answers
+
+
+def fill(path, answers, steps, target, change=None):
+    """Type the reference answers into the exercise cells; `change(step, i, j, value)` may
+    return something else for a cell."""
+    wb = openpyxl.load_workbook(path)
+    for step in steps:
+        where = find_name(wb, step, path)
+        for (i, j), value in np.ndenumerate(answers[step]):
+            typed = float(value) if change is None else change(step, i, j, float(value))
+            wb[where.sheet].cell(where.top + i, where.left + j).value = typed
+    wb.save(target)
+    return target
+
+
+def student_answers(tmp_path) -> Path:
+    """An attention exercise (WEIGHTS, OUTPUT) answered right: WEIGHTS typed, OUTPUT as
+    formulas (so its values depend on who calculated the file)."""
+    steps = ["WEIGHTS", "OUTPUT"]
+    path, answers = exercise_book(tmp_path, "attention", ATTENTION, steps)
+    return fill(path, answers, steps, tmp_path / "student.xlsx",
+                lambda s, i, j, v: f"={v!r}*1" if s == "OUTPUT" else v)
+
+
+def planted_copy(tmp_path) -> tuple[Path, Path, dict]:
+    """A small causal attention workbook, a copy of it whose every formula cell carries the
+    cached value 123 (a stale value), and the planted values."""
+    path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2,
+                                         "causal": True})
+    wb = openpyxl.load_workbook(path)
+    wrong = {(ws.title.upper(), c.row, c.column): 123.0 for ws in wb.worksheets
+             for row in ws.iter_rows() for c in row
+             if isinstance(c.value, str) and c.value.startswith("=")}
+    planted = tmp_path / "planted.xlsx"
+    store_values(path, planted, wrong)
+    return path, planted, wrong
+
+
+def self_check(path, values, steps):
+    """{step: (CHECK_<STEP> value, per-row marks)} as an engine computed them."""
+    wb = load_workbook(path)
+    result = {}
+    for step in steps:
+        count = find_name(wb, f"CHECK_{step}", path)
+        block = find_name(wb, step, path)
+        marks = [values.get((block.sheet.upper(), block.top + i, block.right + 1))
+                 for i in range(block.shape[0])]
+        result[step] = (values.get((count.sheet.upper(), count.top, count.left)), marks)
+    return result
 
 
 @dataclass
@@ -202,3 +274,23 @@ requires_transformers = pytest.mark.skipif(
 requires_libreoffice = pytest.mark.skipif(
     shutil.which("soffice") is None and shutil.which("libreoffice") is None,
     reason="LibreOffice is not installed (apt-get install libreoffice-calc-nogui)")
+requires_gnumeric = pytest.mark.skipif(
+    shutil.which("ssconvert") is None,
+    reason="Gnumeric is not installed (apt-get install gnumeric)")
+
+
+@pytest.fixture(scope="session")
+def recalculated_demo(demo, tmp_path_factory) -> list[tuple[Path, Path]]:
+    """Every demo workbook, and its copy recalculated and saved by one LibreOffice run."""
+    folder = once_per_run(tmp_path_factory, "recalculated",
+                          lambda folder: convert_many(demo.books, "xlsx", folder))
+    return [(book, folder / book.name) for book in demo.books]
+
+
+@pytest.fixture(scope="session")
+def gnumeric_demo(demo, tmp_path_factory) -> list[tuple[Path, Path]]:
+    """Every demo workbook, and its copy recalculated and saved by Gnumeric (one ssconvert
+    process per workbook, as many at once as there are cores)."""
+    folder = once_per_run(tmp_path_factory, "gnumeric",
+                          lambda folder: recalculate_many(demo.books, folder))
+    return [(book, folder / book.name) for book in demo.books]

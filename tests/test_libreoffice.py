@@ -11,23 +11,14 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, cli, once_per_run, requires_libreoffice
+from conftest import build, cli, planted_copy, requires_libreoffice
 
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
-from workbook_builder.engines.cached_values import store_values
-from workbook_builder.engines.libreoffice import convert, convert_many, read_values
+from workbook_builder.engines.libreoffice import convert, read_values
 
 ERROR_VALUE = re.compile(r"^(#(NAME\?|VALUE!|REF!|DIV/0!|NUM!|N/A|NULL!)|Err:\d+)")
-
-
-@pytest.fixture(scope="session")
-def recalculated_demo(demo, tmp_path_factory):
-    """Every demo workbook, and its copy recalculated and saved by one LibreOffice run."""
-    folder = once_per_run(tmp_path_factory, "recalculated",
-                          lambda folder: convert_many(demo.books, "xlsx", folder))
-    return [(book, folder / book.name) for book in demo.books]
 
 
 @requires_libreoffice
@@ -68,14 +59,7 @@ def test_check_engine_all_passes_fresh_and_after_an_edit(tmp_path, layout):
 @requires_libreoffice
 def test_libreoffice_does_not_trust_cached_values(tmp_path):
     """Plant wrong cached values: LibreOffice must recompute, so its check still passes."""
-    path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2,
-                                         "causal": True})
-    wb = openpyxl.load_workbook(path)
-    wrong = {(ws.title.upper(), c.row, c.column): 123.0 for ws in wb.worksheets
-             for row in ws.iter_rows() for c in row
-             if isinstance(c.value, str) and c.value.startswith("=")}
-    planted = tmp_path / "planted.xlsx"
-    store_values(path, planted, wrong)
+    _, planted, _ = planted_copy(tmp_path)
     cached = openpyxl.load_workbook(planted, data_only=True)
     output = find_name(cached, "OUTPUT", planted)
     assert cached[output.sheet].cell(output.top, output.left).value == 123.0

@@ -10,12 +10,17 @@ import numpy as np
 import openpyxl
 import pytest
 from conftest import (
+    ATTENTION,
     KINDS,
     cli,
+    exercise_book,
+    fill,
     formulas_of,
     one_line_error,
     portability_problems,
     requires_libreoffice,
+    self_check,
+    student_answers,
 )
 
 from workbook_builder.book.files import write_workbook
@@ -26,7 +31,6 @@ from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import convert, evaluate_with_libreoffice
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.teaching.exercise import ExerciseSpec
 from workbook_builder.teaching.i18n import Catalog
 
 # -- Chinese sheets --------------------------------------------------------------------------
@@ -108,45 +112,6 @@ def test_catalog_fills_template_slots_and_translates_what_they_captured():
 
 # -- exercises -------------------------------------------------------------------------------
 
-ATTENTION = {"seq_len": 3, "d_model": 2, "d_k": 2}
-
-
-def exercise_book(tmp_path, kind_name, values, steps, layout="cells", seed=5, **options):
-    kind = KINDS[kind_name]
-    params = make_params(kind, values)
-    path = tmp_path / f"{kind_name}_{layout}.xlsx"
-    write_workbook(kind, params, path, seed=seed, layout=layout,
-                   exercise=ExerciseSpec(tuple(steps), **options))
-    answers = kind.reference(complete_inputs(kind, params, {}, seed), params)
-    return path, answers
-
-
-def fill(path, answers, steps, target, change=None):
-    """Type the reference answers into the exercise cells; `change(step, i, j, value)` may
-    return something else for a cell."""
-    wb = openpyxl.load_workbook(path)
-    for step in steps:
-        where = find_name(wb, step, path)
-        for (i, j), value in np.ndenumerate(answers[step]):
-            typed = float(value) if change is None else change(step, i, j, float(value))
-            wb[where.sheet].cell(where.top + i, where.left + j).value = typed
-    wb.save(target)
-    return target
-
-
-def self_check(path, values, steps):
-    """{step: (CHECK_<STEP> value, per-row marks)} as an engine computed them."""
-    wb = openpyxl.load_workbook(path)
-    result = {}
-    for step in steps:
-        count = find_name(wb, f"CHECK_{step}", path)
-        block = find_name(wb, step, path)
-        marks = [values.get((block.sheet.upper(), block.top + i, block.right + 1))
-                 for i in range(block.shape[0])]
-        result[step] = (values.get((count.sheet.upper(), count.top, count.left)), marks)
-    return result
-
-
 @pytest.mark.parametrize("layout", ["cells", "blocks"])
 @pytest.mark.parametrize("kind_name,values,steps", [
     ("attention", ATTENTION, ["WEIGHTS", "OUTPUT"]),
@@ -209,7 +174,7 @@ def test_self_checks_work_in_libreoffice(tmp_path):
     assert got["OUTPUT"][0] == 6  # answers come from the inputs, not carried forward
 
 
-def test_exercise_cells_are_empty_styled_inputs_and_the_key_is_very_hidden(tmp_path):
+def test_exercise_cells_are_styled_inputs_holding_na_and_the_key_is_very_hidden(tmp_path):
     path, _ = exercise_book(tmp_path, "attention", ATTENTION, ["SCALED"])
     wb = openpyxl.load_workbook(path)
     where = find_name(wb, "SCALED", path)
@@ -217,7 +182,7 @@ def test_exercise_cells_are_empty_styled_inputs_and_the_key_is_very_hidden(tmp_p
     for i in range(where.shape[0]):
         for j in range(where.shape[1]):
             cell = ws.cell(where.top + i, where.left + j)
-            assert cell.value is None
+            assert (cell.value, cell.data_type) == ("#N/A", "e")  # an error value, not text
             assert cell.fill.fgColor.rgb.endswith("E2EFDA")  # the answer colour
             color = cell.font.color.rgb if cell.font.color is not None else None
             assert not (isinstance(color, str) and color.endswith("FFFFFF"))  # no white font
@@ -365,10 +330,7 @@ def test_grade_a_class_with_a_broken_file(tmp_path):
 
 @requires_libreoffice
 def test_grade_reads_a_file_saved_by_libreoffice(tmp_path):
-    steps = ["WEIGHTS", "OUTPUT"]
-    path, answers = exercise_book(tmp_path, "attention", ATTENTION, steps)
-    filled = fill(path, answers, steps, tmp_path / "student.xlsx",
-                  lambda s, i, j, v: f"={v!r}*1" if s == "OUTPUT" else v)
+    filled = student_answers(tmp_path)
     saved_dir = tmp_path / "saved"
     saved_dir.mkdir()
     saved = convert(filled, "xlsx", saved_dir)

@@ -31,7 +31,13 @@ from workbook_builder.book.files import (
 )
 from workbook_builder.book.inputs import load_inputs
 from workbook_builder.book.workbook import BookSpec, build_workbook, read_spec
-from workbook_builder.checking.check import ENGINES, CheckReport, check_workbook, expected_steps
+from workbook_builder.checking.check import (
+    ENGINES,
+    CheckReport,
+    check_workbook,
+    expected_steps,
+    installed_engines,
+)
 from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.demo import DemoResult, demo_plan, demo_workers, run_demo
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
@@ -55,8 +61,9 @@ __all__ = [
     # what the command line needs besides: it reaches the machinery only through this module
     "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult", "DemoResult",
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "demo_plan", "demo_workers",
-    "export_pdf", "get_kind", "grade_all", "load_inputs", "make_spec", "open_workbook",
-    "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class", "run_demo"]
+    "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
+    "open_workbook", "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class",
+    "run_demo"]
 
 if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-up
     import pandas as pd

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import openpyxl
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.workbook import BookSpec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
-from workbook_builder.engines.thirdparty import stored_cells
+from workbook_builder.engines.thirdparty import load_workbook, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.refs import parse_range
@@ -93,7 +92,7 @@ def open_workbook(path: Path, data_only: bool = False) -> Workbook:
     if not zipfile.is_zipfile(path):
         raise UserError(f"{path} is not an .xlsx workbook")
     try:
-        return openpyxl.load_workbook(path, data_only=data_only)
+        return load_workbook(path, data_only=data_only)
     except Exception as exc:  # openpyxl raises many types on damaged files
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
 

@@ -21,7 +21,14 @@ from workbook_builder.book.files import open_workbook
 from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
 from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.engines.formulas_engine import CellValues, evaluate_with_formulas
-from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
+from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
+from workbook_builder.engines.libreoffice import INSTALL_HINT as LIBREOFFICE_HINT
+from workbook_builder.engines.libreoffice import (
+    evaluate_with_libreoffice,
+    require_installed,
+    soffice_path,
+)
 from workbook_builder.errors import UserError
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 
@@ -31,7 +38,40 @@ RELATIVE_TOLERANCE = 1e-9
 
 Engine = Callable[[Path, Workbook | None], CellValues]  # the file, and it loaded (if at hand)
 ENGINES: dict[str, Engine] = {"formulas": evaluate_with_formulas,
-                              "libreoffice": evaluate_with_libreoffice}
+                              "libreoffice": evaluate_with_libreoffice,
+                              "gnumeric": evaluate_with_gnumeric}
+
+
+@dataclass(frozen=True)
+class Application:
+    """An engine that is a program of its own: its name, where it is (None when it is not
+    installed) and the command that installs it."""
+    title: str
+    found: Callable[[], str | None]
+    install: str
+
+
+APPLICATIONS = {"libreoffice": Application("LibreOffice", soffice_path, LIBREOFFICE_HINT),
+                "gnumeric": Application("Gnumeric", ssconvert_path, GNUMERIC_HINT)}
+
+
+def installed_engines() -> tuple[list[str], list[str]]:
+    """(the engines that can run here, "name (install command)" for those that cannot)."""
+    present, missing = [], []
+    for name in ENGINES:
+        app = APPLICATIONS.get(name)
+        if app is None or app.found() is not None:
+            present.append(name)
+        else:
+            missing.append(f"{name} ({app.install})")
+    return present, missing
+
+
+def require_engine(name: str) -> None:
+    """Fail now, in one line, if engine `name` is a program that is not installed."""
+    app = APPLICATIONS.get(name)
+    if app is not None:
+        require_installed(app.found(), app.title, app.install)
 
 if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-up
     import pandas as pd

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from workbook_builder import __version__, api
 from workbook_builder.api import (
+    ENGINES,
     LAYOUTS,
     TUTORIALS,
     AttnsheetsError,
@@ -14,6 +15,7 @@ from workbook_builder.api import (
     demo_workers,
     export_pdf,
     get_kind,
+    installed_engines,
     kinds,
     load_inputs,
     open_workbook,
@@ -83,10 +85,10 @@ def _parser() -> Parser:
                                 "with the NumPy reference")
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--engine", choices=("formulas", "libreoffice", "all"),
+    check.add_argument("--engine", choices=(*ENGINES, "all"),
                        default="formulas", help="which spreadsheet engine evaluates the "
                        "formulas: the `formulas` package (default), LibreOffice headless, "
-                       "or both side by side")
+                       "Gnumeric (ssconvert --recalc), or every installed one side by side")
     check.add_argument("-q", "--quiet", action="store_true",
                        help="no progress line on the terminal")
 
@@ -135,7 +137,12 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    engines = ["formulas", "libreoffice"] if args.engine == "all" else [args.engine]
+    engines = [args.engine]
+    if args.engine == "all":
+        engines, missing = installed_engines()
+        if missing:
+            print(f"attnsheets: not installed, so not compared: {', '.join(missing)}",
+                  file=sys.stderr)
     progress = Progress(args.quiet)
     try:
         per_file = [[api.check(path, engine, progress=progress) for engine in engines]
@@ -146,7 +153,7 @@ def _cmd_check(args) -> int:
     if args.json:
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2, ensure_ascii=False))
-    elif len(engines) == 1:
+    elif len(engines) == 1 and args.engine != "all":
         print("\n".join(format_report(r) for r in reports))
     else:
         print("\n".join(format_side_by_side(group) for group in per_file))

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from workbook_builder.api import (
+    ENGINES,
     LANGS,
     LAYOUTS,
     MANIFEST,
@@ -77,6 +78,9 @@ def add_commands(commands, add_param_flags) -> None:
     grade.add_argument("--out", type=Path, metavar="grades.csv",
                        help="write one row per file to this CSV")
     grade.add_argument("--force", action="store_true", help="replace an existing CSV")
+    grade.add_argument("--engine", choices=ENGINES, default=None,
+                       help="recalculate formula cells with this engine instead of reading "
+                            "the values saved in the file")
 
 
 def cmd_class(args) -> bool:
@@ -103,7 +107,7 @@ def cmd_class(args) -> bool:
 
 def cmd_grade(args) -> bool:
     """True if every file could be graded (scores never fail the command)."""
-    grades = grade_all(args.paths, args.out, args.force)
+    grades = grade_all(args.paths, args.out, args.force, args.engine)
     for grade in grades:
         if grade.problem:
             print(f"attnsheets: {grade.problem}", file=sys.stderr)

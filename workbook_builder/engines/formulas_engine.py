@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import openpyxl
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.engines.thirdparty import formulas_engine, stored_cells
+from workbook_builder.engines.thirdparty import formulas_engine, load_workbook, stored_cells
 from workbook_builder.sheet.refs import cell_ref, parse_range, range_ref
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
@@ -116,7 +115,7 @@ class FormulasModel:
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
         else:
-            wb, self._book = openpyxl.load_workbook(source), Path(source).name
+            wb, self._book = load_workbook(source), Path(source).name
         entries = model_dict(wb, self._book)
         # input blocks: one range node each; read back from the file, not from the engine
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}

@@ -10,10 +10,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import openpyxl
-
 from workbook_builder.engines.formulas_engine import CellValues
-from workbook_builder.engines.thirdparty import stored_cells
+from workbook_builder.engines.thirdparty import load_workbook, stored_cells
 from workbook_builder.errors import UserError
 
 INSTALL_HINT = "apt-get install libreoffice-calc-nogui"
@@ -35,11 +33,10 @@ def soffice_path() -> str | None:
     return shutil.which("soffice") or shutil.which("libreoffice")
 
 
-def _require_soffice() -> str:
-    path = soffice_path()
+def require_installed(path: str | None, title: str, install: str) -> str:
+    """The program's `path`, or a one-line error saying how to install `title`."""
     if path is None:
-        raise UserError(f"LibreOffice is not installed ({INSTALL_HINT}); "
-                        f"use --engine formulas instead")
+        raise UserError(f"{title} is not installed ({install}); use --engine formulas instead")
     return path
 
 
@@ -51,7 +48,7 @@ def convert(path: Path, target_format: str, outdir: Path) -> Path:
 
 def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Path]:
     """`convert` for several files in one LibreOffice start (start-up dominates)."""
-    soffice = _require_soffice()
+    soffice = require_installed(soffice_path(), "LibreOffice", INSTALL_HINT)
     with tempfile.TemporaryDirectory(prefix="attnsheets-lo-") as profile:
         user = Path(profile) / "user"
         user.mkdir()
@@ -76,7 +73,7 @@ def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Pa
 
 def read_values(path: Path) -> CellValues:
     """The values a spreadsheet application saved in the file."""
-    wb = openpyxl.load_workbook(path, data_only=True)
+    wb = load_workbook(path, data_only=True)
     return {(ws.title.upper(), cell.row, cell.column): cell.value
             for ws in wb.worksheets for cell in stored_cells(ws) if cell.value is not None}
 

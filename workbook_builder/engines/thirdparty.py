@@ -12,6 +12,7 @@ import importlib.util
 import os
 import sys
 import types
+import warnings
 from collections.abc import Iterator
 from copy import copy
 from types import SimpleNamespace
@@ -42,6 +43,14 @@ OPENPYXL_SHORTCUTS = within(openpyxl.__version__, "3.1", "3.2")
 # formulas 1.3: `RangesAssembler.push` and the module-level `tqdm` of formulas.excel (the
 # engine is imported on first use: it costs about a second)
 FORMULAS_VERSIONS = ("1.3.4", "1.4")
+
+
+def load_workbook(path, **options):
+    """openpyxl.load_workbook, without its warning about a missing default cell style:
+    files saved by Gnumeric have none, and it says nothing about their contents."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Workbook contains no default style")
+        return openpyxl.load_workbook(path, **options)
 
 
 def stored_cells(ws, shortcuts: bool | None = None) -> Iterator[Cell]:

@@ -1,14 +1,16 @@
-"""Exercises: chosen step blocks left empty for the student, with live self-checks.
+"""Exercises: chosen step blocks left for the student to fill, with live self-checks.
 
-The blanked cells keep their place (and their defined name), so every later step still
-reads them and works from the student's entries. For the self-check, the whole computation
-is laid out a second time on a `veryHidden` sheet, its input blocks linked to the visible
-inputs (the answers follow edited inputs) and its blocks unnamed. Each blanked step gets
-per-row ✓/✗ marks beside it and a defined name CHECK_<STEP> on the count of cells within
-the tolerance of the hidden answer (blank, text and error cells are not correct).
+The exercise cells keep their place (and their defined name) and hold #N/A until filled, so
+every later step still reads them and works from the student's entries. For the self-check,
+the whole computation is laid out a second time on a `veryHidden` sheet, its input blocks
+linked to the visible inputs (the answers follow edited inputs) and its blocks unnamed. Each
+exercise step gets per-row ✓/✗ marks beside it and a defined name CHECK_<STEP> on the count
+of cells within the tolerance of the hidden answer (blank, text and error cells are not
+correct).
 
 veryHidden hides the key sheet from Excel's Unhide dialog; anyone who opens the .xlsx as a
-zip (or Excel's VBA editor) can still read it. `self_check=False` writes no answers at all.
+zip (or Excel's VBA editor) can still read it, and Gnumeric's xlsx writer saves it as an
+ordinary visible sheet. `self_check=False` writes no answers at all.
 """
 
 import json
@@ -16,12 +18,12 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import openpyxl
 from openpyxl.styles import Border, Font, PatternFill, Side
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.checking.names import NamedRange, find_name
+from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.layout import LABEL_FONT, NAME_FONT, SheetWriter
@@ -32,6 +34,13 @@ DEFAULT_TOLERANCE = 0.001
 ANSWER_FILL = PatternFill("solid", fgColor="E2EFDA")  # pale green: your answer goes here
 _DASHED = Side(style="dashed", color="548235")
 ANSWER_BORDER = Border(left=_DASHED, right=_DASHED, top=_DASHED, bottom=_DASHED)
+# What an unfilled answer cell holds: the error value #N/A ("not available"). An error is
+# carried through arithmetic, MMULT, SUMPRODUCT, MAX and SUM (as in Excel), so every cell
+# computed from an unfilled one shows #N/A in LibreOffice, Gnumeric and `formulas` alike
+# (tests/test_gnumeric.py). A blank would not do (Gnumeric's MMULT counts it as 0), nor
+# would text such as "—" (Gnumeric's MMULT, and SUMPRODUCT, MAX and SUM in every engine,
+# skip text and show numbers).
+PLACEHOLDER = "#N/A"
 LEGEND = "yellow = input you may edit    blue = live formula    green = your answer"
 
 
@@ -97,8 +106,9 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
     for step in spec.steps:
         _blank(ws, sheet.blocks[step])
     row = sheet.row
-    ws.cell(row, 1, "Exercise: fill in the green cells (numbers or formulas); later steps "
-                    "use your entries.").font = Font(bold=True)
+    ws.cell(row, 1, "Exercise: replace the #N/A in each green cell with a number or a "
+                    "formula; later steps use your entries (and show #N/A until then)."
+            ).font = Font(bold=True)
     if key is None:
         return
     tol = _number(spec.tolerance)
@@ -127,7 +137,7 @@ def _blank(ws, block: Block) -> None:
     for i in range(block.rows):
         for j in range(block.cols):
             cell = ws.cell(block.top + i, block.left + j)
-            cell.value = None
+            cell.value = PLACEHOLDER
             cell.fill, cell.border = ANSWER_FILL, ANSWER_BORDER
 
 
@@ -151,7 +161,7 @@ def key_range(where, sheet: str = KEY_SHEET):
 
 def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict) -> None:
     """A copy of the exercise with the right answers typed into the exercise cells."""
-    wb = openpyxl.load_workbook(path)
+    wb = load_workbook(path)
     for step in spec.steps:
         where = find_name(wb, step, path)
         ws = wb[where.sheet]

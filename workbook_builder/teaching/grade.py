@@ -2,11 +2,13 @@
 
 The right answers are recomputed with the NumPy reference from the inputs each file holds
 (as `check` does), never read from the file's hidden key, so a student who edited the key
-gains nothing. A cell counts as correct when it holds a number within the workbook's
-tolerance of the answer: a typed value, or a formula's value as Excel or LibreOffice saved
-it (files never opened in an application are evaluated with the `formulas` engine). Text,
-blanks and error values are wrong. Answers are from the inputs alone: a wrong WEIGHTS is not
-carried forward into OUTPUT, matching the in-sheet self-check.
+gains nothing (nor does its state matter: a file saved by Gnumeric has it visible). A cell
+counts as correct when it holds a number within the workbook's tolerance of the answer: a
+typed value, or a formula's value as Excel or LibreOffice saved it (files never opened in an
+application are evaluated with the `formulas` engine) or, when an engine is named, as that
+engine recalculates the file. Text, blanks and error values are wrong. Answers are from the
+inputs alone: a wrong WEIGHTS is not carried forward into OUTPUT, matching the in-sheet
+self-check.
 """
 
 import csv
@@ -18,14 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import openpyxl
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.files import open_workbook
 from workbook_builder.book.workbook import read_spec, spec_kind_params
-from workbook_builder.checking.check import read_inputs
+from workbook_builder.checking.check import ENGINES, read_inputs, require_engine
 from workbook_builder.checking.names import find_name
-from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.refs import parse_range
@@ -65,10 +65,12 @@ def collect_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def grade_file(path: Path) -> Grade:
+def grade_file(path: Path, engine: str | None = None) -> Grade:
+    """Grade one file: formula cells' values as saved (evaluated with `formulas` where the
+    file has none) or, with `engine`, as that engine recalculates the file."""
     grade = Grade(str(path), student=path.stem)
     try:
-        _grade(path, grade)
+        _grade(path, grade, engine)
     except UserError as exc:
         grade.problem = str(exc)
     except Exception as exc:  # a damaged file must not stop the batch
@@ -76,7 +78,7 @@ def grade_file(path: Path) -> Grade:
     return grade
 
 
-def _grade(path: Path, grade: Grade) -> None:
+def _grade(path: Path, grade: Grade, engine: str | None) -> None:
     wb = open_workbook(path)
     spec = read_spec(wb, path)
     grade.kind = spec.kind
@@ -85,21 +87,22 @@ def _grade(path: Path, grade: Grade) -> None:
         raise UserError(f"{path} is an attnsheets workbook but not an exercise (an answer "
                         f"key?)")
     kind, params = spec_kind_params(spec)
-    saved = openpyxl.load_workbook(path, data_only=True)
-    engine: list[dict] = []
+    cache: list[dict] = []
 
     def evaluated() -> dict:
-        if not engine:
-            engine.append(evaluate_with_formulas(path))
-        return engine[0]
+        if not cache:
+            cache.append(ENGINES[engine or "formulas"](path, wb))
+        return cache[0]
 
-    def value_of(sheet: str, row: int, col: int, formula: bool) -> Any:
-        value = saved[sheet].cell(row, col).value
-        if value is None and formula:  # saved without values (e.g. by openpyxl)
+    saved = open_workbook(path, data_only=True) if engine is None else None
+
+    def value_of(sheet: str, row: int, col: int) -> Any:
+        value = None if saved is None else saved[sheet].cell(row, col).value
+        if value is None:  # an engine named, or saved without values (e.g. by openpyxl)
             value = evaluated().get((sheet.upper(), row, col))
         return value
 
-    inputs = read_inputs(wb, kind, params, path,
+    inputs = read_inputs(wb, kind, params, path, evaluated if saved is None else
                          lambda: _saved_or_evaluated(saved, evaluated))
     expected = kind.reference(inputs, params)
     tolerance = spec.exercise.tolerance
@@ -115,7 +118,7 @@ def _grade(path: Path, grade: Grade) -> None:
                 raw = ws.cell(row, col).value
                 formula = isinstance(raw, ArrayFormula) or (row, col) in in_array or \
                     (isinstance(raw, str) and raw.startswith("="))
-                got = value_of(where.sheet, row, col, formula) if formula else raw
+                got = value_of(where.sheet, row, col) if formula else raw
                 correct += _is_correct(got, answer[i, j], tolerance)
         grade.steps[step] = (correct, answer.size)
 
@@ -180,13 +183,16 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def grade_all(paths: list[Path], out: Path | None, force: bool) -> list[Grade]:
+def grade_all(paths: list[Path], out: Path | None, force: bool,
+              engine: str | None = None) -> list[Grade]:
     """Grade every file (a file that cannot be graded gets a row with its problem), and
-    write the CSV when asked."""
+    write the CSV when asked. `engine`: recalculate formula cells with it (see grade_file)."""
     files = collect_files(paths)
     if out is not None and out.exists() and not force:  # refuse before the work
         raise UserError(f"{out} already exists; pass --force to replace it")
-    grades = [grade_file(path) for path in files]
+    if engine is not None:
+        require_engine(engine)
+    grades = [grade_file(path, engine) for path in files]
     if out is not None:
         write_grades(grades, out, force)
     return grades

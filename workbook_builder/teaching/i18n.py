@@ -74,8 +74,10 @@ SHARED: Table = {"zh": {
         "黄色单元格是输入：修改后公式会自动重算。`attnsheets check` 会根据当前保存的输入"
         "重新推导每一步。",
     # exercises (workbook_builder/exercise.py)
-    "Exercise: fill in the green cells (numbers or formulas); later steps use your entries.":
-        "练习：在绿色单元格中填写答案（数值或公式均可）；后面的步骤会使用你填写的结果。",
+    "Exercise: replace the #N/A in each green cell with a number or a formula; later steps "
+    "use your entries (and show #N/A until then).":
+        "练习：把每个绿色单元格中的 #N/A 换成你的答案（数值或公式均可）；后面的步骤会使用你"
+        "填写的结果（在此之前显示 #N/A）。",
     "Self-check (a cell is correct within ±{tol})":
         "自我检查（误差在 ±{tol} 以内即为正确）",
     "step": "步骤", "correct": "正确", "of": "共",
