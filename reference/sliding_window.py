@@ -64,7 +64,7 @@ def sliding_window_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.nd
     steps.update(masked_softmax_steps(scaled, allowed))
     steps["OUTPUT"] = steps["WEIGHTS"] @ v            # O = A·V
     steps.update(sliding_window_cost(n, q.shape[1], v.shape[1], params.window,
-                                     global_positions))
+                                     global_positions, params.random))
     return steps
 
 
@@ -80,15 +80,21 @@ def allowed_per_row(n: int, window: int, global_positions: list[int]) -> np.ndar
 
 
 def sliding_window_cost(n: int, d_k: int, d_v: int, window: int,
-                        global_positions: list[int]) -> dict[str, np.ndarray]:
+                        global_positions: list[int], random: int = 0) -> dict[str, np.ndarray]:
     """Per length n: the allowed scores (band, and what global tokens add), d_k + d_v
     multiply-adds per allowed pair; full attention's n² and n²·(d_k + d_v) beside them."""
     ns = lengths(n)
     held = np.array([allowed_per_row(int(m), window, global_positions).sum() for m in ns])
     columns = {}
-    if global_positions:
+    if global_positions or random:
         band = np.array([allowed_per_row(int(m), window, []).sum() for m in ns])
-        columns.update(COST_BAND=band, COST_GLOBAL=held - band)
+        columns["COST_BAND"] = band
+        if global_positions:
+            columns["COST_GLOBAL"] = held - band
+        if random:  # R keys per non-global query, outside its band and the global tokens
+            rows = ns - np.array([sum(g < m for g in global_positions) for m in ns])
+            columns["COST_RANDOM"] = rows * random
+            held = held + rows * random
     columns.update(COST_HELD=held, COST_MACS=held * (d_k + d_v), COST_STD_HELD=ns * ns,
                    COST_STD_MACS=ns * ns * (d_k + d_v))
-    return cost_blocks([n, d_k, d_v, window], ns, **columns)
+    return cost_blocks([n, d_k, d_v, window, random], ns, **columns)

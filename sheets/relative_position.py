@@ -138,31 +138,34 @@ def slopes(p) -> Step:
 
 # -- T5 buckets ------------------------------------------------------------------------------
 def float32_table() -> list[Step]:
-    """transformers' log-bucket steps for each distance d ≥ e, each rounded to float32."""
+    """transformers' log-bucket steps for each distance d ≥ e, each rounded to float32; one
+    formula per cell in both layouts (Gnumeric evaluates the rounding inside an array
+    formula with more precision, which defeats it)."""
     table = {"row_labels": _distances, "col_labels": ["f32"], "corner": "d",
              "number_format": "0.0000000"}
     return [
         # c = f32(ln(max_distance / e))
         Step("LOG_RANGE", "c = f32(ln({max_distance}/{max_exact}))",
-             Map("=" + f32("LN({max_distance}/{max_exact})"), rows=1, cols=1),
+             Map("=" + f32("LN({max_distance}/{max_exact})"), rows=1, cols=1, per_cell=True),
              "The log of the range the log buckets cover; transformers casts this Python "
              "float to float32.", row_labels=["c"], col_labels=["f32"],
              number_format="0.0000000"),
         # a_d = f32(d / e)
         Step("RATIO", "a = f32(d / {max_exact})",
-             Map("=" + f32("{ROW_LABEL}/{max_exact}"), rows=lambda p: p.log_rows, cols=1),
+             Map("=" + f32("{ROW_LABEL}/{max_exact}"), rows=lambda p: p.log_rows, cols=1,
+                 per_cell=True),
              "relative_position.float() / max_exact: float32, like every step of this "
              "table.", **table),
         # ℓ_d = f32(ln a_d)
-        Step("LOG_RATIO", "ℓ = f32(ln a)", Map("=" + f32("LN({A})"), A="RATIO"),
+        Step("LOG_RATIO", "ℓ = f32(ln a)", Map("=" + f32("LN({A})"), per_cell=True, A="RATIO"),
              "torch.log in float32.", **table),
         # q_d = f32(ℓ_d / c)
-        Step("LOG_FRACTION", "q = f32(ℓ / c)", Map("=" + f32("{L}/{C}"), L="LOG_RATIO",
-                                                    C="LOG_RANGE"),
+        Step("LOG_FRACTION", "q = f32(ℓ / c)", Map("=" + f32("{L}/{C}"), per_cell=True,
+                                                    L="LOG_RATIO", C="LOG_RANGE"),
              "How far along the log range distance d lies.", **table),
         # x_d = f32(q_d · (B' − e))
         Step("LOG_BIN", "x = f32(q · {log_buckets})",
-             Map("=" + f32("{Q}*{log_buckets}"), Q="LOG_FRACTION"),
+             Map("=" + f32("{Q}*{log_buckets}"), per_cell=True, Q="LOG_FRACTION"),
              "Log buckets above max_exact before flooring; float32 decides the floor where "
              "x is a whole number in exact arithmetic.", **table),
     ]

@@ -385,7 +385,8 @@ SlidingWindow.translations = {"zh": {
 # -- the cost table: the band's scores and multiply-adds as functions of n ---------------
 COST_TITLE = "Cost — the band holds about n·(2w+1) scores: O(n·w), not O(n²); at this " \
              "sheet's n and at n = 1k, 4k, 32k"
-COST_SIZES = {"n": "seq_len", "d_k": "d_k", "d_v": "value_width", "w": "window"}
+COST_SIZES = {"n": "seq_len", "d_k": "d_k", "d_v": "value_width", "w": "window",
+              "r": "random"}
 # Σ_i (min(i+w, n−1) − max(i−w, 0) + 1) = n·(2w′+1) − w′·(w′+1), w′ = min(w, n−1)
 BAND = "={n}*(2*MIN({w},{n}-1)+1)-MIN({w},{n}-1)*(MIN({w},{n}-1)+1)"
 BAND_EQUATION = "n·(2w′+1) − w′·(w′+1)"
@@ -417,16 +418,28 @@ STD = [Cost("COST_STD_HELD", "n²", "={n}^2",
 
 
 def costs(p) -> list[Cost]:
-    if not p.global_positions:
+    if not p.global_positions and not p.random:
         return [Cost("COST_HELD", BAND_EQUATION, BAND, BAND_NOTE + " The scores the mask "
                      "allows. O(n·w).", "scores"), MACS, *STD]
-    return [Cost("COST_BAND", BAND_EQUATION, BAND, BAND_NOTE, "scores"),
-            Cost("COST_GLOBAL", "2·Σ_g (n − band_g) − pairs", global_extra,
-                 "What the global tokens add: their rows and columns are whole (n cells), "
-                 "less the band_g cells of row g already counted and the pairs of global "
-                 "positions farther apart than w, counted twice. O(n·g).", "scores"),
-            Cost("COST_HELD", "band + global", "={COST_BAND}+{COST_GLOBAL}",
-                 "The scores the mask allows (the ones in MASK).", "scores"),
+    parts = [Cost("COST_BAND", BAND_EQUATION, BAND, BAND_NOTE, "scores")]
+    if p.global_positions:
+        parts.append(Cost(
+            "COST_GLOBAL", "2·Σ_g (n − band_g) − pairs", global_extra,
+            "What the global tokens add: their rows and columns are whole (n cells), less "
+            "the band_g cells of row g already counted and the pairs of global positions "
+            "farther apart than w, counted twice. O(n·g).", "scores"))
+    if p.random:
+        # each non-global query sees its block's R picks (a global query sees every key
+        # already); seeded picks lie outside the band and the global tokens
+        globals_in = "".join(f"-IF({g}<{{n}},1,0)" for g in p.global_positions)
+        parts.append(Cost("COST_RANDOM", "(n − global rows)·R", f"=({{n}}{globals_in})*{{r}}",
+                          "What BigBird's random keys add: R per query that is not global "
+                          "(exact for seeded picks, which lie outside the band and the global "
+                          "tokens). O(n·R).", "scores"))
+    total = "=" + "+".join(f"{{{c.name}}}" for c in parts)
+    return [*parts, Cost("COST_HELD", " + ".join(c.name.removeprefix("COST_").lower()
+                                                for c in parts), total,
+                         "The scores the mask allows (the ones in MASK).", "scores"),
             MACS, *STD]
 
 

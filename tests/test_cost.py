@@ -15,8 +15,11 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 
 COSTED = ("multihead", "flash", "sliding-window", "linear", "ssm")
-# every demo case of the five kinds (built once per run), and edge cases beside them
-DEMOS = [(kind, stem, values) for kind in COSTED for stem, values in KINDS[kind].demo_cases]
+# every demo case of the five kinds (built once per run) whose sheet has a cost table (linear's
+# Performer sheets estimate softmax instead: the table is on the exact-kernel sheet), and
+# edge cases beside them
+DEMOS = [(kind, stem, values) for kind in COSTED for stem, values in KINDS[kind].demo_cases
+         if values.get("features", "elu") == "elu"]
 EDGES = [
     ("flash", {"seq_len": 6, "d_model": 2, "d_k": 2, "block_size": 4, "causal": True}),
     ("flash", {"seq_len": 3, "d_model": 2, "d_k": 2, "block_size": 3, "causal": True}),
@@ -114,11 +117,20 @@ def counted(kind: str, p: dict, book: Book) -> dict[str, int]:
         got = {"COST_HELD": allowed, "COST_MACS": macs,
                "COST_STD_HELD": book.cells("SCORES"),
                "COST_STD_MACS": book.products("SCORES", "OUTPUT")}
-        if p.get("global_tokens"):
+        if p.get("global_tokens") or p.get("random"):
             rows, cols = book.labels("MASK")  # positions
             got["COST_BAND"] = sum(abs(int(i) - int(j)) <= p["window"] for i in rows
                                    for j in cols)
-            got["COST_GLOBAL"] = allowed - got["COST_BAND"]
+            extra = allowed - got["COST_BAND"]
+            if p.get("random"):  # the 1s of RANDOM, each row shared by its block's queries
+                picks = np.array(book.grid("RANDOM", values=True), dtype=float)
+                block = p.get("block_size", 2)
+                globals_ = {int(g) for g in str(p.get("global_tokens", "")).split(",") if g}
+                got["COST_RANDOM"] = int(sum(picks[i // block].sum() for i in range(len(rows))
+                                             if i not in globals_))
+                extra -= got["COST_RANDOM"]
+            if p.get("global_tokens"):
+                got["COST_GLOBAL"] = extra
         return got
     if kind == "linear":
         per = p["seq_len"] if p.get("causal") else 1  # causal: STATE and Z stack n rows
