@@ -445,6 +445,10 @@ def costs(p) -> list[Cost]:
 
 SlidingWindow.translations["zh"].update({
     **COST_ZH,
+    "What BigBird's random keys add: R per query that is not global (exact for seeded picks, "
+    "which lie outside the band and the global tokens). O(n·R).":
+        "BigBird 随机键带来的部分：每个非全局查询 R 个（对按种子抽取的键是精确的，它们位于带状"
+        "区域和全局词之外）。O(n·R)。",
     COST_TITLE: "代价 — 带状区域约保存 n·(2w+1) 个分数：O(n·w)，而不是 O(n²)；取本表的 n 以及 "
                 "n = 1k、4k、32k",
     BAND_NOTE: "满足 |i − j| ≤ w 的单元格：每行 2w+1 个，最前和最后 w 行更少（w′ = min(w, n−1)）。",
@@ -459,6 +463,8 @@ SlidingWindow.translations["zh"].update({
     "2·Σ_g (n − band_g) − pairs": "2·Σ_g (n − band_g) − 位置对数",
     "The scores the mask allows (the ones in MASK).": "掩码允许的分数（MASK 中的 1）。",
     "band + global": "带内 + 全局",
+    "band + random": "带内 + 随机", "band + global + random": "带内 + 全局 + 随机",
+    "(n − global rows)·R": "(n − 全局行数)·R",
     "allowed·(d_k + d_v)": "允许数·(d_k + d_v)",
     "Multiply-adds of a banded kernel: d_k per allowed score, d_v per allowed weight. This "
     "sheet computes all n² scores and masks them afterwards (to show the band): that is "
