@@ -60,7 +60,8 @@ __all__ = [
     "reference",
     # what the command line needs besides: it reaches the machinery only through this module
     "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult", "DemoResult",
-    "ExampleResult", "ExerciseSpec", "Grade", "Kind", "demo_plan", "demo_workers",
+    "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
+    "demo_workers",
     "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
     "open_workbook", "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class",
     "run_demo"]

@@ -97,10 +97,10 @@ def open_workbook(path: Path, data_only: bool = False) -> Workbook:
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
 
 
-def check_writable(path: Path, force: bool) -> None:
-    """Refuse to replace a file unless asked, and name a missing folder."""
-    if path.suffix.lower() != ".xlsx":
-        raise UserError(f"{path}: the output name must end in .xlsx")
+def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
+    """Refuse to replace a file unless asked, and name a missing folder or a wrong ending."""
+    if path.suffix.lower() != suffix:
+        raise UserError(f"{path}: the output name must end in {suffix}")
     if not path.parent.exists():
         raise UserError(f"{path.parent}: no such folder (create it first)")
     if path.exists() and not force:

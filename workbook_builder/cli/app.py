@@ -11,6 +11,7 @@ from workbook_builder.api import (
     LAYOUTS,
     TUTORIALS,
     AttnsheetsError,
+    check_writable,
     demo_plan,
     demo_workers,
     export_pdf,
@@ -163,12 +164,7 @@ def _cmd_check(args) -> int:
 def _cmd_pdf(args) -> int:
     read_spec(open_workbook(args.file), args.file)  # only our workbooks
     output = args.output or args.file.with_suffix(".pdf")
-    if output.suffix.lower() != ".pdf":
-        raise AttnsheetsError(f"{output}: the output name must end in .pdf")
-    if not output.parent.exists():
-        raise AttnsheetsError(f"{output.parent}: no such folder (create it first)")
-    if output.exists() and not args.force:
-        raise AttnsheetsError(f"{output} already exists; pass --force to replace it")
+    check_writable(output, args.force, ".pdf")
     export_pdf(args.file, output)
     print(f"wrote {output}")
     return EXIT_OK

@@ -270,19 +270,25 @@ class Rows(Formula):
 
 
 @dataclass(frozen=True)
-class MatMul(Formula):
-    """C = A·B (+ a bias row), over optional column slices of A and B (0-based,
-    inclusive). Cell (i, j) is MMULT(row i of A, column j of B)."""
+class _Product(Formula):
+    """A product of blocks A and B over optional column slices (0-based, inclusive)."""
 
     a: str
     b: str
     a_cols: tuple[int, int] | None = None
     b_cols: tuple[int, int] | None = None
-    plus: str | None = None  # a 1-row block added to every row
 
     def _slices(self, env):
         a, b = env[self.a], env[self.b]
-        return (a, b, self.a_cols or (0, a.cols - 1), self.b_cols or (0, b.cols - 1))
+        return a, b, self.a_cols or (0, a.cols - 1), self.b_cols or (0, b.cols - 1)
+
+
+@dataclass(frozen=True)
+class MatMul(_Product):
+    """C = A·B (+ a bias row), over optional column slices of A and B. Cell (i, j) is
+    MMULT(row i of A, column j of B)."""
+
+    plus: str | None = None  # a 1-row block added to every row
 
     def shape(self, env):
         a, _, _, (b0, b1) = self._slices(env)
@@ -309,17 +315,8 @@ class MatMul(Formula):
 
 
 @dataclass(frozen=True)
-class MatMulT(Formula):
+class MatMulT(_Product):
     """C = A·Bᵀ: cell (i, j) is the dot product of row i of A with row j of B."""
-
-    a: str
-    b: str
-    a_cols: tuple[int, int] | None = None
-    b_cols: tuple[int, int] | None = None
-
-    def _slices(self, env):
-        a, b = env[self.a], env[self.b]
-        return a, b, self.a_cols or (0, a.cols - 1), self.b_cols or (0, b.cols - 1)
 
     def shape(self, env):
         return env[self.a].rows, env[self.b].rows

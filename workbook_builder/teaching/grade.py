@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.book.files import open_workbook
+from workbook_builder.book.files import check_writable, open_workbook
 from workbook_builder.book.workbook import read_spec, spec_kind_params
 from workbook_builder.checking.check import ENGINES, read_inputs, require_engine
 from workbook_builder.checking.names import find_name
@@ -156,12 +156,7 @@ def _is_correct(got: Any, want: float, tolerance: float) -> bool:
 
 
 def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
-    if out.suffix.lower() != ".csv":
-        raise UserError(f"{out}: the output name must end in .csv")
-    if not out.parent.exists():
-        raise UserError(f"{out.parent}: no such folder (create it first)")
-    if out.exists() and not force:
-        raise UserError(f"{out} already exists; pass --force to replace it")
+    check_writable(out, force, ".csv")
     steps: list[str] = []
     for grade in grades:
         steps += [s for s in grade.steps if s not in steps]
