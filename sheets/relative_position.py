@@ -11,9 +11,11 @@ head's attention scores: ALiBi's fixed linear penalty or T5's learned, bucketed 
     A_h = softmax(S_h)   head_h = A_h·V_h   O = [head_1 … head_H]·W_O
 
 T5's log buckets are computed in float32 by transformers (`relative_position.float()`); the
-sheet rounds each of those steps to float32 with f32(y) = (y − y·(2²⁹+1)) + y·(2²⁹+1)
+sheet rounds each of those steps to float32 with f32(y) = (y − y·C) + y·C, C = 2^(p−24) + 1
 (Veltkamp's split: the nearest number with float32's 24 significant bits), so it floors the
-same numbers transformers floors.
+same numbers transformers floors. p is the spreadsheet's own precision, read by the formula:
+53 bits where 1 + 2⁻⁶⁰ = 1 (IEEE double: Excel, LibreOffice, `formulas`), 64 bits in
+Gnumeric, whose arithmetic is long double.
 """
 
 from dataclasses import dataclass, field
@@ -25,7 +27,9 @@ from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
 
 BIASES = ["alibi", "t5"]
-SPLIT = "536870913"  # 2^29 + 1: Veltkamp's constant that leaves 53 − 29 = 24 bits
+# C = 2^(p−24) + 1, Veltkamp's constant that leaves 24 of the engine's p bits: 2^29 + 1 in
+# IEEE double (1 + 2^-60 = 1), 2^40 + 1 in long double (Gnumeric), where 1 + 2^-60 > 1
+SPLIT = "(2^IF(1+2^-60>1,40,29)+1)"
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ class RelativePositionParams:
 
 
 def f32(y: str) -> str:
-    """y rounded to float32's 24 significant bits (Veltkamp): exact in IEEE doubles."""
+    """y rounded to float32's 24 significant bits (Veltkamp): exact in the engine's own
+    precision, double or long double."""
     return f"({y}-{y}*{SPLIT})+{y}*{SPLIT}"
 
 

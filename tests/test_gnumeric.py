@@ -46,26 +46,13 @@ def block_of(values, wb, name):
 
 # -- the demo, three engines side by side ----------------------------------------------------
 
-# relative-position rounds each T5 log step to float32 with Veltkamp's split,
-# (y − y·C) + y·C: Gnumeric does not evaluate that cancellation in plain float64 arithmetic,
-# so these intermediate cells differ from float32 by up to ~1e-7 there (README); the BUCKET
-# they feed, and every later step, must still agree exactly.
-GNUMERIC_FLOAT32_STEPS = {"LOG_RANGE", "RATIO", "LOG_RATIO", "LOG_FRACTION", "LOG_BIN"}
-
-
-def known_gnumeric_difference(kind: str, engine: str, step) -> bool:
-    return (kind == "relative-position" and engine == "gnumeric"
-            and step.name in GNUMERIC_FLOAT32_STEPS and not step.problem
-            and (step.max_abs_error or 0.0) < 1e-6)
-
 @requires_gnumeric
 def test_gnumeric_recalculates_every_demo_workbook_with_no_error_cell(gnumeric_demo):
     failures, errors = [], []
     for book, recalculated in gnumeric_demo:
         values = read_values(recalculated)
         report = check_workbook(book, "gnumeric", values=values)
-        if not all(step.passed or known_gnumeric_difference(report.kind, "gnumeric", step)
-                   for step in report.steps):
+        if not report.passed:
             failures.append(format_report(report))
         errors += [f"{recalculated.name} {key}: {value}" for key, value in values.items()
                    if isinstance(value, str) and value.startswith("#")]
@@ -92,13 +79,10 @@ def test_check_engine_all_shows_three_engines_agreeing_on_every_demo_workbook(
         table = format_side_by_side(reports)
         assert "engines formulas + libreoffice + gnumeric" in table.splitlines()[0]
         assert "gnumeric max|err|" in table.splitlines()[1]
-        if not all(step.passed or known_gnumeric_difference(r.kind, r.engine, step)
-                   for r in reports for step in r.steps):
+        if not all(report.passed for report in reports):
             problems.append(table)
         for report in reports:
             for step in report.steps:
-                if known_gnumeric_difference(report.kind, report.engine, step):
-                    continue
                 worst[report.engine] = max(worst[report.engine], step.max_abs_error or 0.0)
                 if (step.max_abs_error or 0.0) > 1e-5 * step.tolerance:  # 1e-14 relative
                     problems.append(f"{book.name} {report.engine} {step.name}: "

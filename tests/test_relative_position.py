@@ -15,15 +15,17 @@ from conftest import (
     check_built,
     cli,
     one_line_error,
+    requires_gnumeric,
     requires_libreoffice,
     requires_transformers,
 )
 
 from reference.relative_position import alibi_slopes, relative_position_ref, t5_buckets
-from sheets.relative_position import RelativePositionParams
+from sheets.relative_position import RelativePositionParams, f32
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.gnumeric import recalculate
 from workbook_builder.engines.libreoffice import (
     convert_many,
     evaluate_with_libreoffice,
@@ -318,18 +320,22 @@ def _engine_book(path):
     for i, x in enumerate(INT_ARGUMENTS, start=1):
         ws.cell(i, 1, f"=INT({x!r})")
     for i, y in enumerate(F32_ARGUMENTS, start=1):
-        ws.cell(i, 2, f"=({y}-({y})*536870913)+({y})*536870913")
+        ws.cell(i, 2, "=" + f32(f"({y})"))
     wb.save(path)
     return path
 
 
 @requires_libreoffice
-def test_int_and_the_float32_rounding_agree_in_formulas_and_libreoffice(tmp_path):
-    """INT floors (towards −∞, negatives included) alike in both engines, and the
-    Veltkamp split rounds to float32 exactly (NumPy's float32 is the expected value)."""
+@requires_gnumeric
+def test_int_and_the_float32_rounding_agree_in_every_engine(tmp_path):
+    """INT floors (towards −∞, negatives included) alike in the three engines, and the
+    Veltkamp split, with its constant read from the engine's own precision (IEEE double in
+    `formulas` and LibreOffice, long double in Gnumeric), rounds to float32 exactly: NumPy's
+    float32 is the expected value."""
     path = _engine_book(tmp_path / "engines.xlsx")
     values = {"formulas": evaluate_with_formulas(path),
-              "libreoffice": evaluate_with_libreoffice(path)}
+              "libreoffice": evaluate_with_libreoffice(path),
+              "gnumeric": read_values(recalculate(path, tmp_path / "gnumeric.xlsx"))}
     for engine, got in values.items():
         for i, x in enumerate(INT_ARGUMENTS, start=1):
             assert got[("S", i, 1)] == math.floor(x), (engine, x, got[("S", i, 1)])
