@@ -4,6 +4,7 @@ it saved itself, and prints a PDF handout."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, cli, planted_copy, requires_libreoffice
+from conftest import build, cli, one_line_error, planted_copy, requires_libreoffice
 
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
@@ -100,6 +101,36 @@ def test_pdf_handout_has_pages(tmp_path):
     again = cli("pdf", path)
     assert again.returncode == 2 and "--force" in again.stderr
     assert pdf.read_bytes() == data
+
+
+@requires_libreoffice
+def test_pdf_of_a_chinese_workbook_without_a_chinese_font_is_refused(tmp_path, monkeypatch):
+    """Without a CJK font LibreOffice prints boxes and exits 0; `pdf` says so in one line
+    and names the package, and writes nothing. fontconfig reads FONTCONFIG_FILE: one with no
+    font folder is a machine with no fonts at all."""
+    path = build(tmp_path, "attention", {"seq_len": 2, "d_model": 2, "d_k": 2}, lang="zh")
+    empty = tmp_path / "fonts.conf"
+    empty.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd">'
+                     f"<fontconfig><cachedir>{tmp_path / 'cache'}</cachedir></fontconfig>")
+    monkeypatch.setenv("FONTCONFIG_FILE", str(empty))
+    result = cli("pdf", path)
+    assert result.returncode == 2
+    assert "Chinese font" in one_line_error(result) and "fonts-noto-cjk" in result.stderr
+    assert not path.with_suffix(".pdf").exists()
+
+
+@requires_libreoffice
+@pytest.mark.skipif(shutil.which("pdftotext") is None,
+                    reason="pdftotext is not installed (apt-get install poppler-utils)")
+def test_pdf_of_a_chinese_workbook_prints_its_chinese_text(tmp_path):
+    path = build(tmp_path, "attention", {"seq_len": 2, "d_model": 2, "d_k": 2}, lang="zh")
+    title = openpyxl.load_workbook(path).worksheets[0]["A1"].value
+    chinese = max(re.findall("[\u4e00-\u9fff]+", title), key=len)  # its longest Chinese run
+    assert len(chinese) >= 2, title
+    assert cli("pdf", path).returncode == 0
+    text = subprocess.run(["pdftotext", str(path.with_suffix(".pdf")), "-"],
+                          capture_output=True, text=True, check=True).stdout
+    assert chinese in "".join(text.split()), text[:300]
 
 
 def test_every_sheet_is_set_up_for_printing(tmp_path):

@@ -162,10 +162,10 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_pdf(args) -> int:
-    read_spec(open_workbook(args.file), args.file)  # only our workbooks
+    spec = read_spec(open_workbook(args.file), args.file)  # only our workbooks
     output = args.output or args.file.with_suffix(".pdf")
     check_writable(output, args.force, ".pdf")
-    export_pdf(args.file, output)
+    export_pdf(args.file, output, spec.lang)
     print(f"wrote {output}")
     return EXIT_OK
 

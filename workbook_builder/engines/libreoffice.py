@@ -84,8 +84,30 @@ def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:  # noqa: ARG00
         return read_values(convert(path, "xlsx", Path(outdir)))
 
 
-def export_pdf(path: Path, output: Path) -> None:
-    """A printable PDF of every sheet, written atomically."""
+CJK_FONT_HINT = "apt-get install fonts-noto-cjk"
+
+
+def has_chinese_font() -> bool:
+    """Whether fontconfig (which LibreOffice draws its fonts from) has a font covering
+    Chinese; True where fc-list itself is missing, since then nothing can be told."""
+    fc_list = shutil.which("fc-list")
+    if fc_list is None:
+        return True
+    try:
+        done = subprocess.run([fc_list, ":lang=zh", "family"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return bool(done.stdout.strip())
+
+
+def export_pdf(path: Path, output: Path, lang: str = "en") -> None:
+    """A printable PDF of every sheet, written atomically. A Chinese workbook needs a
+    Chinese font: without one LibreOffice prints boxes and still exits 0."""
+    require_installed(soffice_path(), "LibreOffice", INSTALL_HINT)
+    if lang == "zh" and not has_chinese_font():
+        raise UserError(f"no Chinese font is installed, so the handout would print boxes "
+                        f"({CJK_FONT_HINT})")
     with tempfile.TemporaryDirectory(prefix="attnsheets-pdf-", dir=output.parent) as outdir:
         pdf = convert(path, "pdf", Path(outdir))
         os.replace(pdf, output)
