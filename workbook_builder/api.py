@@ -24,6 +24,7 @@ from openpyxl.workbook.workbook import Workbook
 from workbook_builder.book.files import (
     check_writable,
     count_formula_cells,
+    export_pdf,
     open_workbook,
     parse_tokens,
     resolve_params,
@@ -41,7 +42,6 @@ from workbook_builder.checking.check import (
 from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.demo import DemoResult, demo_plan, demo_workers, run_demo
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
-from workbook_builder.engines.libreoffice import export_pdf
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
@@ -99,7 +99,7 @@ class Book:
         file is replaced only with `force`."""
         path = Path(path)
         check_writable(path, force)
-        self._values = save_atomic(self.workbook, path)
+        self._values = save_atomic(self.workbook, path, force=force)
         self.path = path
         return path
 

@@ -66,14 +66,21 @@ def format_grades(grades: list[Grade]) -> tuple[list[str], str]:
             lines.append(f"{g.student:<{width}}  NOT GRADED ({g.problem})")
         else:
             steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
+            changed = f"  CHANGED: {'; '.join(g.changes)}" if g.changes else ""
             lines.append(f"{g.student:<{width}}  {g.correct}/{g.total} "
-                         f"({100 * g.correct / g.total:.0f}%)  {steps}")
+                         f"({100 * g.correct / g.total:.0f}%)  {steps}{changed}")
     graded = [g for g in grades if not g.problem]
     scores = [100 * g.correct / g.total for g in graded if g.total]
     summary = f"graded {len(graded)} of {len(grades)} files"
     if scores:
         summary += (f"; mean score {np.mean(scores):.1f}%, full marks "
                     f"{sum(g.correct == g.total for g in graded)}")
+    if grades and all(g.verified for g in grades):
+        summary += (f"; verified against the manifest, {sum(bool(g.changes) for g in graded)}"
+                    f" file(s) differ from it")
+    else:
+        summary += ("; NOT VERIFIED (no --manifest): student, inputs, steps and tolerance "
+                    "are as each file states them")
     return lines, summary
 
 
