@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from workbook_builder import api
 from workbook_builder.book import files
 from workbook_builder.checking.names import find_name
+from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.teaching import classroom
 from workbook_builder.teaching.exercise import make_spec
@@ -172,6 +173,19 @@ def test_a_copy_of_another_students_file_is_graded_against_the_owner_of_its_name
     assert row["student"] == "a1"
     assert row["problem"] == "inputs edited; inputs are those of student b2"
     assert float(row["score"]) < 100
+
+
+@requires_libreoffice
+def test_a_renamed_file_saved_by_libreoffice_is_found_by_its_inputs(tmp_path):
+    ran, out = make_class(tmp_path, ["a1", "b2"])
+    assert ran.returncode == 0, ran.stderr
+    saved = convert(out / "attention_b2.xlsx", "xlsx", tmp_path)
+    renamed = saved.rename(tmp_path / "my homework.xlsx")
+    grades = tmp_path / "grades.csv"
+    ran = cli("grade", renamed, "--manifest", out, "--out", grades)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    row = rows_of(grades)["my homework.xlsx"]
+    assert (row["student"], row["problem"], row["verified"]) == ("b2", "", "yes")
 
 
 def test_a_file_matching_no_student_is_not_graded(tmp_path):

@@ -181,7 +181,7 @@ def _grade_from_record(returned: _Returned, grade: Grade,
     kind, params = record.kind_params()
     recorded = record.inputs()
     if file_inputs is None:
-        changes.append("inputs edited (not all numbers)")
+        changes.append("inputs edited (not numbers in the recorded shapes)")
     elif digest != record.inputs_sha256 and not all(
             np.allclose(file_inputs[n], recorded[n], rtol=1e-9, atol=0) for n in recorded):
         changes.append("inputs edited")

@@ -123,9 +123,13 @@ def by_file_name(students: list[StudentRecord], path: Path) -> StudentRecord | N
     course platforms prefix downloads, e.g. `Li Lei_1234_attention_s01.xlsx`); the longest
     recorded name wins. Case is ignored."""
     name = path.name.lower()
-    matches = [s for s in students if name == s.file.lower() or
-               (name.endswith(s.file.lower()) and not name[-len(s.file) - 1].isalnum())]
-    return max(matches, key=lambda s: len(s.file), default=None)
+
+    def matches(recorded: str) -> bool:
+        return name == recorded or (name.endswith(recorded)
+                                    and not name[-len(recorded) - 1].isalnum())
+
+    found = [s for s in students if matches(s.file.lower())]
+    return max(found, key=lambda s: len(s.file), default=None)
 
 
 def by_digest(students: list[StudentRecord], digest: str) -> StudentRecord | None:
