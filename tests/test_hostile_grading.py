@@ -188,6 +188,51 @@ def test_a_renamed_file_saved_by_libreoffice_is_found_by_its_inputs(tmp_path):
     assert (row["student"], row["problem"], row["verified"]) == ("b2", "", "yes")
 
 
+@pytest.fixture(scope="module")
+def answered(tmp_path_factory):
+    """A class of one (a1) and its exercise answered right: the untampered baseline."""
+    folder = tmp_path_factory.mktemp("answered")
+    ran, out = make_class(folder, ["a1"])
+    assert ran.returncode == 0, ran.stderr
+    seed = json.loads((out / "manifest.json").read_text())["students"][0]["seed"]
+    answered = fill(out / "attention_a1.xlsx", answers_of(seed), STEPS,
+                    folder / "attention_a1.xlsx")
+    return answered, api.read_record(out)
+
+
+@FEW
+@given(tolerance=st.none() | st.floats(1e-9, 1e12),
+       steps=st.none() | st.lists(st.sampled_from(["Q", "SCORES", "WEIGHTS", "OUTPUT"]),
+                                  unique=True, max_size=4),
+       student=st.none() | st.text(st.characters(codec="utf-8", exclude_categories=["Cc"]),
+                                   min_size=1, max_size=20))
+def test_any_about_tampering_is_named_and_changes_no_score(answered, tmp_path, tolerance,
+                                                           steps, student):
+    baseline, students = answered
+    tampered = tmp_path / "attention_a1.xlsx"
+    wb = openpyxl.load_workbook(baseline)
+    exercise = json.loads(about_cell(wb, "exercise").value)
+    if tolerance is not None:
+        exercise["tolerance"] = tolerance
+    if steps is not None:
+        exercise["steps"] = steps
+    about_cell(wb, "exercise").value = json.dumps(exercise)
+    if student is not None:
+        about_cell(wb, "student").value = student
+    wb.save(tampered)
+    grade = api.grade_file(tampered, None, students)
+    assert (grade.student, grade.problem, grade.steps) == ("a1", "", {"WEIGHTS": (9, 9),
+                                                                      "OUTPUT": (6, 6)})
+    expected = []
+    if student is not None and student != "a1":
+        expected.append(f"claims student {student}")
+    if steps is not None and steps != STEPS:
+        expected.append("step list changed")
+    if tolerance is not None and tolerance != 0.001:
+        expected.append("tolerance changed")
+    assert grade.changes == expected
+
+
 def test_a_file_matching_no_student_is_not_graded(tmp_path):
     ran, out = make_class(tmp_path, ["a1"])
     assert ran.returncode == 0, ran.stderr

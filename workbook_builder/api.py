@@ -48,8 +48,9 @@ from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.registry import get_kind, load_kinds
 from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
 from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
-from workbook_builder.teaching.grade import Grade, grade_all
+from workbook_builder.teaching.grade import Grade, grade_all, grade_file
 from workbook_builder.teaching.i18n import LANGS
+from workbook_builder.teaching.record import StudentRecord, read_record
 from workbook_builder.teaching.reproduce import TUTORIALS, ExampleResult, reproduce
 
 AttnsheetsError = UserError
@@ -58,6 +59,8 @@ Report = CheckReport
 __all__ = [
     "AttnsheetsError", "Book", "Report", "build", "check", "kinds", "read_blocks",
     "reference",
+    # grading against the teacher's record of a class (manifest.json)
+    "StudentRecord", "grade_file", "read_record",
     # what the command line needs besides: it reaches the machinery only through this module
     "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult", "DemoResult",
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
