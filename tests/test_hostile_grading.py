@@ -260,6 +260,16 @@ def test_grade_in_the_api_takes_the_manifest(tampered):
     assert grades["attention_1001.xlsx"].changes == ["tolerance changed"]
 
 
+def test_a_student_field_cannot_drive_the_terminal(tmp_path):
+    ran, out = make_class(tmp_path, ["s1"])
+    book = out / "attention_s1.xlsx"
+    set_about(book, "student", "\x9b2J\rs1")  # CSI clear-screen, then back to column 0
+    ran = cli("grade", book)
+    assert ran.returncode == 0, ran.stderr
+    assert "\x9b" not in ran.stdout and "\r" not in ran.stdout
+    assert "\\x9b2J\\rs1" in ran.stdout
+
+
 # -- grade DIR -------------------------------------------------------------------------------
 
 def test_grade_dir_recurses_and_matches_xlsx_in_any_case(tmp_path):

@@ -22,7 +22,7 @@ from workbook_builder.api import (
     run_class,
 )
 from workbook_builder.cli.params import explicit_params
-from workbook_builder.cli.printing import format_grades
+from workbook_builder.cli.printing import format_grades, printable
 
 
 def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool = False) -> None:
@@ -116,7 +116,8 @@ def cmd_grade(args) -> bool:
         if grade.problem:
             print(f"attnsheets: {grade.problem}", file=sys.stderr)
         elif grade.changes:
-            print(f"attnsheets: {grade.file}: {'; '.join(grade.changes)}", file=sys.stderr)
+            print(f"attnsheets: {grade.file}: {printable('; '.join(grade.changes))}",
+                  file=sys.stderr)
     lines, summary = format_grades(grades)
     print(f"found {len(grades)} workbook(s) to grade in "
           f"{', '.join(map(str, args.paths))} (subfolders included)")
