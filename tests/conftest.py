@@ -222,7 +222,7 @@ def formulas_of(path: Path):
             for cell in row:
                 if isinstance(cell.value, ArrayFormula):
                     yield f"{ws.title}!{cell.value.ref}", cell.value.text, True
-                elif isinstance(cell.value, str) and cell.value.startswith("="):
+                elif cell.data_type == "f":  # a formula, not a text starting with "="
                     yield f"{ws.title}!{cell.coordinate}", cell.value, False
 
 

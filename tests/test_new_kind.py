@@ -78,6 +78,6 @@ def test_a_wrong_temperature_in_the_sheet_is_caught(tmp_path, tempered_kind):
     row = next(r for r in range(1, 20) if about.cell(r, 1).value == "params")
     about.cell(row, 2).value = about.cell(row, 2).value.replace('"temperature": 1.0',
                                                                 '"temperature": 3.0')
-    save_atomic(wb, path, with_values=False)
+    save_atomic(wb, path, with_values=False, force=True)
     failed = [s.name for s in check_workbook(path).steps if not s.passed]
     assert failed[0] == "TEMPERED" and "OUTPUT" in failed

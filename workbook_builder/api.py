@@ -24,6 +24,7 @@ from openpyxl.workbook.workbook import Workbook
 from workbook_builder.book.files import (
     check_writable,
     count_formula_cells,
+    export_pdf,
     open_workbook,
     parse_tokens,
     resolve_params,
@@ -41,15 +42,15 @@ from workbook_builder.checking.check import (
 from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.demo import DemoResult, demo_plan, demo_workers, run_demo
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
-from workbook_builder.engines.libreoffice import export_pdf
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.registry import get_kind, load_kinds
 from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
 from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
-from workbook_builder.teaching.grade import Grade, grade_all
+from workbook_builder.teaching.grade import Grade, grade_all, grade_file
 from workbook_builder.teaching.i18n import LANGS
+from workbook_builder.teaching.record import StudentRecord, read_record
 from workbook_builder.teaching.reproduce import TUTORIALS, ExampleResult, reproduce
 
 AttnsheetsError = UserError
@@ -58,6 +59,8 @@ Report = CheckReport
 __all__ = [
     "AttnsheetsError", "Book", "Report", "build", "check", "kinds", "read_blocks",
     "reference",
+    # grading against the teacher's record of a class (manifest.json)
+    "StudentRecord", "grade_file", "read_record",
     # what the command line needs besides: it reaches the machinery only through this module
     "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult", "DemoResult",
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
@@ -99,7 +102,7 @@ class Book:
         file is replaced only with `force`."""
         path = Path(path)
         check_writable(path, force)
-        self._values = save_atomic(self.workbook, path)
+        self._values = save_atomic(self.workbook, path, force=force)
         self.path = path
         return path
 

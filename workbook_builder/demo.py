@@ -8,14 +8,13 @@ Re-running is safe: a file is replaced only if it is unchanged since the demo wr
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbook_builder.book.files import write_workbook
+from workbook_builder.book.files import temp_beside, write_workbook
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, make_params
@@ -92,7 +91,7 @@ def _sha256(path: Path) -> str:
 
 
 def _save_manifest(path: Path, manifest: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(manifest, handle, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    with temp_beside(path, ".attnsheets-", ".json") as tmp:
+        with tmp.open("w") as handle:
+            json.dump(manifest, handle, indent=1, sort_keys=True)
+        os.replace(tmp, path)

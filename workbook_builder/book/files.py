@@ -1,10 +1,15 @@
 """Workbooks on disk: open one a user named, refuse to overwrite, save atomically with every
 formula's value stored beside it, and build-and-save in one call."""
 
+import contextlib
+import csv
 import dataclasses
 import os
+import secrets
+import shutil
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +21,17 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.book.workbook import BookSpec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
+from workbook_builder.engines.libreoffice import (
+    CJK_FONT_HINT,
+    INSTALL_HINT,
+    convert,
+    has_chinese_font,
+    require_installed,
+    soffice_path,
+)
 from workbook_builder.engines.thirdparty import load_workbook, stored_cells
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.refs import parse_range
 
@@ -65,7 +79,7 @@ def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
     inputs = complete_inputs(kind, params, given or {}, seed)
     labels = kind.labels(params, tokens)
     wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise)
-    values = save_atomic(wb, path)
+    values = save_atomic(wb, path, force=force)
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, labels, lang, exercise)
     return BuiltBook(path, wb, spec, values, count_formula_cells(wb))
 
@@ -78,7 +92,7 @@ def count_formula_cells(wb: Workbook) -> int:
             if isinstance(cell.value, ArrayFormula):
                 top, left, bottom, right = parse_range(cell.value.ref)
                 count += (bottom - top + 1) * (right - left + 1)
-            elif isinstance(cell.value, str) and cell.value.startswith("="):
+            elif is_formula_cell(cell):
                 count += 1
     return count
 
@@ -107,27 +121,101 @@ def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
         raise UserError(f"{path} already exists; pass --force to replace it")
 
 
-def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> CellValues | None:
-    """Write beside the target and rename, so a failure never leaves a partial file.
+def save_atomic(wb: Workbook, path: Path, with_values: bool = True,
+                force: bool = False) -> CellValues | None:
+    """Write beside the target and move it into place, so a failure never leaves a partial
+    file; an existing file is replaced only with `force` (see `move_into_place`).
     With `with_values`, every formula cell also carries the value the `formulas` engine
     computes from the workbook's own formulas, for previews and `data_only` readers; those
     values are returned."""
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
-    temps = []
-    try:
-        for _ in range(2):
-            fd, tmp = tempfile.mkstemp(prefix=".attnsheets-", suffix=".xlsx", dir=path.parent)
-            os.close(fd)
-            temps.append(Path(tmp))
-        wb.save(temps[0])
+    with temp_beside(path, ".attnsheets-", ".xlsx") as saved, \
+            temp_beside(path, ".attnsheets-", ".xlsx") as stored:
+        wb.save(saved)
+        values = None
         if with_values:
             # the workbook in memory is what was just saved: no need to read it back
             values = FormulasModel(wb, path.name).evaluate()
-            store_values(temps[0], temps[1], values)
-            os.replace(temps[1], path)
-            return values
-        os.replace(temps[0], path)
-        return None
+            store_values(saved, stored, values)
+        move_into_place(stored if with_values else saved, path, force)
+        return values
+
+
+def export_pdf(path: Path, output: Path, force: bool = False, lang: str = "en") -> None:
+    """A printable PDF of every sheet (through LibreOffice), written atomically; an
+    existing file is replaced only with `force`. A Chinese workbook needs a Chinese font:
+    without one LibreOffice prints boxes and still exits 0."""
+    require_installed(soffice_path(), "LibreOffice", INSTALL_HINT)
+    if lang == "zh" and not has_chinese_font():
+        raise UserError(f"no Chinese font is installed, so the handout would print boxes "
+                        f"({CJK_FONT_HINT})")
+    with tempfile.TemporaryDirectory(prefix=".attnsheets-pdf-", dir=output.parent) as outdir:
+        pdf = convert(path, "pdf", Path(outdir))
+        move_into_place(pdf, output, force)
+
+
+@contextlib.contextmanager
+def temp_beside(path: Path, prefix: str, suffix: str = "",
+                folder: bool = False) -> Iterator[Path]:
+    """An empty temporary file (or a private folder) in `path`'s folder, a file with the
+    mode the umask gives, as `path` would get (mkstemp's would be 0600); removed at the
+    end, whatever happens (SIGTERM included), unless moved away. The name is chosen, and
+    held for the cleanup, before it exists: an interrupt between the two leaves nothing."""
+    tmp = None
+    try:
+        while True:
+            tmp = path.parent / f"{prefix}{secrets.token_hex(6)}{suffix}"
+            try:
+                if folder:
+                    tmp.mkdir(mode=0o700)
+                else:
+                    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                break
+            except FileExistsError:
+                tmp = None  # not ours: never removed
+        yield tmp
     finally:
-        for tmp in temps:
+        if tmp is not None and folder:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp is not None:
             tmp.unlink(missing_ok=True)
+
+
+def move_into_place(tmp: Path, path: Path, force: bool) -> None:
+    """Rename `tmp` to `path`. Without `force` the name is claimed exclusively (a hard
+    link fails if `path` exists), so of two runs writing one path only one succeeds."""
+    if force:
+        os.replace(tmp, path)
+        return
+    taken = f"{path} already exists; pass --force to replace it"
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise UserError(taken) from None
+    except OSError:  # no hard links on this file system: claim the name, then replace it
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            raise UserError(taken) from None
+        os.replace(tmp, path)
+        return
+    tmp.unlink()
+
+
+def csv_text(value: Any) -> Any:
+    """A value safe to open in a spreadsheet: text starting with = + - @, a tab or a
+    carriage return gets a leading apostrophe, so it is never read as a formula (OWASP's
+    advice on CSV injection). Numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(("=", "+", "-", "@", "\t", "\r")):
+        return "'" + value
+    return value
+
+
+def write_csv(path: Path, header: list[str], rows: list[list], force: bool) -> None:
+    """A CSV file written atomically, every cell through `csv_text`."""
+    with temp_beside(path, ".attnsheets-", ".csv") as tmp:
+        with tmp.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow([csv_text(h) for h in header])
+            writer.writerows([csv_text(v) for v in row] for row in rows)
+        move_into_place(tmp, path, force)

@@ -15,6 +15,7 @@ from openpyxl.workbook.workbook import Workbook
 from workbook_builder import __version__
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.kind import Kind, make_params
 from workbook_builder.sheet.layout import SheetWriter
 from workbook_builder.sheet.registry import get_kind
@@ -76,10 +77,9 @@ def print_setup(ws, title: str) -> None:
 def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str) -> None:
     # the keys in column A are read back by `read_spec`, so they stay English
     ws = wb.create_sheet(ABOUT)
-    ws["A1"] = tr("attnsheets workbook")
-    ws["A1"].font = Font(bold=True, size=14)
-    ws["A2"] = tr("Yellow cells are inputs: edit them and the formulas recalculate. "
-                  "`attnsheets check` re-derives every step from the inputs held here now.")
+    write_text(ws, 1, 1, tr("attnsheets workbook")).font = Font(bold=True, size=14)
+    write_text(ws, 2, 1, tr("Yellow cells are inputs: edit them and the formulas recalculate. "
+                  "`attnsheets check` re-derives every step from the inputs held here now."))
     rows = [("kind", spec.kind), ("params", json.dumps(spec.params)),
             ("layout", spec.layout), ("tokens", json.dumps(spec.tokens, ensure_ascii=False)),
             ("lang", spec.lang),
@@ -90,8 +90,8 @@ def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str) -> None
     if spec.student is not None:
         rows.append(("student", spec.student))
     for i, (key, value) in enumerate(rows, start=4):
-        ws.cell(i, 1, key).font = Font(bold=True)
-        ws.cell(i, 2, value)
+        write_text(ws, i, 1, key).font = Font(bold=True)
+        write_text(ws, i, 2, value)
     ws.column_dimensions["A"].width = 16
     ws.column_dimensions["B"].width = 80
 

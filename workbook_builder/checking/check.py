@@ -30,6 +30,7 @@ from workbook_builder.engines.libreoffice import (
     soffice_path,
 )
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
@@ -138,8 +139,9 @@ def read_inputs(wb: Workbook, kind, params, path: Path,
         block = np.empty(shape)
         for i in range(shape[0]):
             for j in range(shape[1]):
-                value = ws.cell(where.top + i, where.left + j).value
-                if isinstance(value, str) and value.startswith("="):
+                cell = ws.cell(where.top + i, where.left + j)
+                value = cell.value
+                if is_formula_cell(cell):
                     value = evaluated().get((where.sheet.upper(), where.top + i,
                                              where.left + j))
                 block[i, j] = _input_number(value, name, where.address(i, j), path)

@@ -1,8 +1,12 @@
 """The `attnsheets` command line: list, build, check, pdf, demo, reproduce, class, grade."""
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from workbook_builder import __version__, api
@@ -43,6 +47,34 @@ from workbook_builder.cli.teaching import (
 )
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM, as shells do
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is so that every `finally` and `with` cleans up
+    (temporary files and folders) as for Ctrl-C."""
+
+
+def _on_signal(signum, frame):  # noqa: ARG001 (signal handler)
+    for other in (signal.SIGINT, signal.SIGTERM):  # cleaning up: a second signal waits
+        signal.signal(other, signal.SIG_IGN)
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+
+
+@contextlib.contextmanager
+def _clean_exit_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM unwind the program (cleaning up) for as long as a command runs;
+    the handlers before are put back after (main() may be called by a host program)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers
+        return
+    before = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+              if signal.getsignal(s) is not signal.SIG_IGN}  # e.g. `nohup`: stays ignored
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 class Parser(argparse.ArgumentParser):
@@ -165,7 +197,7 @@ def _cmd_pdf(args) -> int:
     spec = read_spec(open_workbook(args.file), args.file)  # only our workbooks
     output = args.output or args.file.with_suffix(".pdf")
     check_writable(output, args.force, ".pdf")
-    export_pdf(args.file, output, spec.lang)
+    export_pdf(args.file, output, args.force, spec.lang)
     print(f"wrote {output}")
     return EXIT_OK
 
@@ -217,8 +249,9 @@ COMMANDS = {"class": _cmd_class, "grade": _cmd_grade,
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        with _clean_exit_on_signals():
+            args = _parser().parse_args(argv)
+            return COMMANDS[args.command](args)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except AttnsheetsError as exc:
@@ -230,4 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("attnsheets: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("attnsheets: terminated", file=sys.stderr)
+        return EXIT_TERMINATED

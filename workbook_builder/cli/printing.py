@@ -57,23 +57,37 @@ def format_side_by_side(reports: list[CheckReport]) -> str:
     return "\n".join(lines)
 
 
+def printable(text: str) -> str:
+    """A student's text as it may reach a terminal: control characters (an escape sequence
+    could rewrite the screen) shown as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def format_grades(grades: list[Grade]) -> tuple[list[str], str]:
     """One line per file, and the summary line."""
-    width = max(len(g.student) for g in grades)
+    width = max(len(printable(g.student)) for g in grades)
     lines = []
     for g in grades:
+        student = printable(g.student)
         if g.problem:
-            lines.append(f"{g.student:<{width}}  NOT GRADED ({g.problem})")
+            lines.append(f"{student:<{width}}  NOT GRADED ({g.problem})")
         else:
             steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
-            lines.append(f"{g.student:<{width}}  {g.correct}/{g.total} "
-                         f"({100 * g.correct / g.total:.0f}%)  {steps}")
+            changed = f"  CHANGED: {printable('; '.join(g.changes))}" if g.changes else ""
+            lines.append(f"{student:<{width}}  {g.correct}/{g.total} "
+                         f"({100 * g.correct / g.total:.0f}%)  {steps}{changed}")
     graded = [g for g in grades if not g.problem]
     scores = [100 * g.correct / g.total for g in graded if g.total]
     summary = f"graded {len(graded)} of {len(grades)} files"
     if scores:
         summary += (f"; mean score {np.mean(scores):.1f}%, full marks "
                     f"{sum(g.correct == g.total for g in graded)}")
+    if grades and all(g.verified for g in grades):
+        summary += (f"; verified against the manifest, {sum(bool(g.changes) for g in graded)}"
+                    f" file(s) differ from it")
+    else:
+        summary += ("; NOT VERIFIED (no --manifest): student, inputs, steps and tolerance "
+                    "are as each file states them")
     return lines, summary
 
 

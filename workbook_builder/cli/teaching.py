@@ -22,7 +22,7 @@ from workbook_builder.api import (
     run_class,
 )
 from workbook_builder.cli.params import explicit_params
-from workbook_builder.cli.printing import format_grades
+from workbook_builder.cli.printing import format_grades, printable
 
 
 def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool = False) -> None:
@@ -78,6 +78,9 @@ def add_commands(commands, add_param_flags) -> None:
     grade.add_argument("--out", type=Path, metavar="grades.csv",
                        help="write one row per file to this CSV")
     grade.add_argument("--force", action="store_true", help="replace an existing CSV")
+    grade.add_argument("--manifest", type=Path, metavar="manifest.json",
+                       help="the class's manifest.json (or its folder): grade every file "
+                            "against the teacher's record and report what was changed")
     grade.add_argument("--engine", choices=ENGINES, default=None,
                        help="recalculate formula cells with this engine instead of reading "
                             "the values saved in the file")
@@ -106,12 +109,18 @@ def cmd_class(args) -> bool:
 
 
 def cmd_grade(args) -> bool:
-    """True if every file could be graded (scores never fail the command)."""
-    grades = grade_all(args.paths, args.out, args.force, args.engine)
+    """True if every file could be graded and none differs from the manifest (scores never
+    fail the command)."""
+    grades = grade_all(args.paths, args.out, args.force, args.engine, args.manifest)
     for grade in grades:
         if grade.problem:
             print(f"attnsheets: {grade.problem}", file=sys.stderr)
+        elif grade.changes:
+            print(f"attnsheets: {grade.file}: {printable('; '.join(grade.changes))}",
+                  file=sys.stderr)
     lines, summary = format_grades(grades)
+    print(f"found {len(grades)} workbook(s) to grade in "
+          f"{', '.join(map(str, args.paths))} (subfolders included)")
     print("\n".join(lines))
     print(summary + (f"; wrote {args.out}" if args.out is not None else ""))
-    return all(not g.problem for g in grades)
+    return all(not g.problem and not g.changes for g in grades)

@@ -22,6 +22,7 @@ from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.engines.thirdparty import formulas_engine, load_workbook, stored_cells
+from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.refs import cell_ref, parse_range, range_ref
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
@@ -38,10 +39,6 @@ def _quiet_numpy() -> Iterator[None]:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         yield
-
-
-def _is_formula(value: Any) -> bool:
-    return isinstance(value, ArrayFormula) or (isinstance(value, str) and value.startswith("="))
 
 
 def _is_number(value: Any) -> bool:
@@ -67,7 +64,7 @@ def model_dict(wb: Workbook, book: str) -> dict[str, Any]:
                 top, left, bottom, right = parse_range(cell.value.ref)
                 array_members.update((title, i, j) for i in range(top, bottom + 1)
                                      for j in range(left, right + 1))
-            elif _is_formula(cell.value):
+            elif is_formula_cell(cell):
                 formula_cells.add((title, r, c))
     grouped: set[tuple[str, int, int]] = set()
     for name, defined in wb.defined_names.items():
@@ -95,7 +92,10 @@ def model_dict(wb: Workbook, book: str) -> dict[str, Any]:
             if isinstance(value, ArrayFormula):
                 entries[key(title, value.ref)] = value.text
             elif (title, r, c) not in array_members:  # an application's cached array values
-                entries[key(title, cell.coordinate)] = value
+                # a text cell as a 1×1 range: the engine would parse "=…" as a formula and
+                # "#N/A" as an error value
+                entries[key(title, cell.coordinate)] = [[value]] if cell.data_type == "s" \
+                    else value
     return entries
 
 

@@ -9,13 +9,12 @@ copy from a private temporary folder.
 
 import os
 import shutil
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from workbook_builder.engines.formulas_engine import CellValues
-from workbook_builder.engines.libreoffice import read_values, require_installed
+from workbook_builder.engines.libreoffice import read_values, require_installed, run_program
 from workbook_builder.errors import UserError
 
 INSTALL_HINT = "apt-get install gnumeric"
@@ -38,11 +37,7 @@ def recalculate(path: Path, target: Path) -> Path:
                "GSETTINGS_BACKEND": "memory"}
         command = [ssconvert, "--recalc", "-I", _IMPORTER, "-T", _EXPORTER,
                    str(Path(path).absolute()), str(Path(target).absolute())]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True,
-                                  timeout=TIMEOUT_S, env=env, cwd=home)
-        except subprocess.TimeoutExpired:
-            raise UserError(f"Gnumeric did not finish within {TIMEOUT_S} s") from None
+        done = run_program(command, "Gnumeric", TIMEOUT_S, env=env, cwd=home)
     if done.returncode != 0 or not target.exists():  # a file it cannot load: exit 0, no file
         detail = [line for line in (done.stderr or done.stdout).strip().splitlines()
                   if "fail" in line.lower() or line.startswith("E ")]

@@ -4,8 +4,10 @@ It recalculates with a private profile that forces a full recalculation on load,
 cached in the file are never trusted (engines.md §4: the shipped default keeps them).
 """
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -40,6 +42,25 @@ def require_installed(path: str | None, title: str, install: str) -> str:
     return path
 
 
+def run_program(command: list[str], title: str, timeout: float,
+                **options) -> subprocess.CompletedProcess:
+    """Run an office program in its own process group and wait for it; if the wait ends
+    any other way (timeout, Ctrl-C, SIGTERM) the whole group is killed first, so no helper
+    process outlives us or keeps writing into a temporary folder being removed."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True, **options)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise UserError(f"{title} did not finish within {timeout:g} s") from None
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 def convert(path: Path, target_format: str, outdir: Path) -> Path:
     """Open `path` in headless LibreOffice (recalculating everything) and save it as
     `target_format` ('xlsx' or 'pdf') in `outdir`; returns the new file."""
@@ -57,11 +78,8 @@ def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Pa
                    f"-env:UserInstallation={Path(profile).as_uri()}",
                    "--convert-to", target_format, "--outdir", str(outdir),
                    *map(str, paths)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True,
-                                  timeout=TIMEOUT_S, env={**os.environ, "HOME": profile})
-        except subprocess.TimeoutExpired:
-            raise UserError(f"LibreOffice did not finish within {TIMEOUT_S} s") from None
+        done = run_program(command, "LibreOffice", TIMEOUT_S,
+                           env={**os.environ, "HOME": profile})
     results = [outdir / f"{path.stem}.{target_format}" for path in paths]
     for path, result in zip(paths, results, strict=True):
         if not result.exists():  # soffice exits 0 even when it converts nothing
@@ -99,15 +117,3 @@ def has_chinese_font() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return True
     return bool(done.stdout.strip())
-
-
-def export_pdf(path: Path, output: Path, lang: str = "en") -> None:
-    """A printable PDF of every sheet, written atomically. A Chinese workbook needs a
-    Chinese font: without one LibreOffice prints boxes and still exits 0."""
-    require_installed(soffice_path(), "LibreOffice", INSTALL_HINT)
-    if lang == "zh" and not has_chinese_font():
-        raise UserError(f"no Chinese font is installed, so the handout would print boxes "
-                        f"({CJK_FONT_HINT})")
-    with tempfile.TemporaryDirectory(prefix="attnsheets-pdf-", dir=output.parent) as outdir:
-        pdf = convert(path, "pdf", Path(outdir))
-        os.replace(pdf, output)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.declare import Input, Section, Step, size_name, size_of
 from workbook_builder.sheet.layout import SheetWriter
 
@@ -114,6 +115,8 @@ class Kind:
             return [f"t{i + 1}" for i in range(n)]
         if len(tokens) != n:
             raise UserError(f"--tokens gives {len(tokens)} labels but the sequence has {n}")
+        for token in tokens:
+            check_cell_text(str(token), "token")
         return tokens
 
     @classmethod

@@ -27,6 +27,7 @@ from openpyxl.worksheet.worksheet import Worksheet
 
 from workbook_builder.engines.thirdparty import copy_style
 from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.declare import (
     Chart,
     Env,
@@ -81,15 +82,15 @@ class SheetWriter:
 
     # -- sheet furniture -------------------------------------------------------------------
     def title(self, text: str, subtitle: str = "") -> None:
-        self.ws.cell(1, 1, text).font = TITLE_FONT
+        write_text(self.ws, 1, 1, text).font = TITLE_FONT
         if subtitle:
-            self.ws.cell(2, 1, subtitle).font = EQUATION_FONT
-        legend = self.ws.cell(3, 1, "yellow = input you may edit    blue = live formula")
+            write_text(self.ws, 2, 1, subtitle).font = EQUATION_FONT
+        legend = write_text(self.ws, 3, 1, "yellow = input you may edit    blue = live formula")
         legend.font = LABEL_FONT
 
     def text(self, text: str, bold: bool = False) -> None:
         """One line of prose across the sheet, outside any band."""
-        cell = self.ws.cell(self.row, self.margin, text)
+        cell = write_text(self.ws, self.row, self.margin, text)
         cell.font = Font(bold=bold)
         self.row += 1
 
@@ -190,8 +191,8 @@ class SheetWriter:
         """Label/value lines in the band's next slot, value three columns right."""
         top, left = self._band[0], self._band[1]
         for i, (label, value) in enumerate(table.rows):
-            self.ws.cell(top + i, left, text_of(label, self.params))
-            self.ws.cell(top + i, left + 3, text_of(value, self.params))
+            write_text(self.ws, top + i, left, text_of(label, self.params))
+            write_text(self.ws, top + i, left + 3, text_of(value, self.params))
         self._band[1] = left + 5
         self._band[2] = max(self._band[2], top + len(table.rows) - 1)
 
@@ -204,7 +205,7 @@ class SheetWriter:
         self._band[2] = max(self._band[2], top + chart.rows)
         if not self.name_blocks:
             return
-        self.ws.cell(top, left, text_of(chart.title, self.params)).font = NAME_FONT
+        write_text(self.ws, top, left, text_of(chart.title, self.params)).font = NAME_FONT
         drawn = ScatterChart() if chart.kind == "scatter" else LineChart()
         drawn.x_axis.title = chart.x_title or None
         drawn.y_axis.title = chart.y_title or None
@@ -259,18 +260,18 @@ class SheetWriter:
     def _header(self, block: Block, equation: str, row_labels: Sequence,
                 col_labels: Sequence, explanation: str, corner: str) -> None:
         ws, label_col = self.ws, block.left - 1
-        name_cell = ws.cell(block.top - 3, label_col, block.name)
+        name_cell = write_text(ws, block.top - 3, label_col, block.name)
         name_cell.font = NAME_FONT
         if explanation:
             name_cell.comment = Comment(explanation, "attnsheets", width=300, height=120)
-        ws.cell(block.top - 2, label_col, equation).font = EQUATION_FONT
-        ws.cell(block.top - 1, label_col, corner).font = LABEL_FONT
+        write_text(ws, block.top - 2, label_col, equation).font = EQUATION_FONT
+        write_text(ws, block.top - 1, label_col, corner).font = LABEL_FONT
         for j, label in enumerate(col_labels):
-            cell = ws.cell(block.top - 1, block.left + j, label)
+            cell = write_text(ws, block.top - 1, block.left + j, label)
             cell.font = LABEL_FONT
             cell.alignment = Alignment(horizontal="center")
         for i, label in enumerate(row_labels):
-            ws.cell(block.top + i, label_col, label).font = LABEL_FONT
+            write_text(ws, block.top + i, label_col, label).font = LABEL_FONT
 
     def _name(self, block: Block, row_labels: list, col_labels: list,
               vector: str | None) -> None:

@@ -7,27 +7,35 @@ student (for the values stored beside the formulas and for the verification) ins
 re-parsing 2 × N files.
 """
 
+import contextlib
 import csv
+import dataclasses
 import hashlib
+import io
 import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from workbook_builder.book.files import move_into_place, temp_beside, write_csv
 from workbook_builder.book.workbook import build_workbook
 from workbook_builder.checking.check import compare_block, expected_steps
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.refs import parse_cell, parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
+from workbook_builder.teaching.record import RECORD, student_record, write_record
 
+NAME_MAX = 255  # bytes of one file name on common file systems
 ID_COLUMNS = ("id", "student_id", "student id", "student", "学号")
 NAME_COLUMNS = ("name", "姓名")
 MANIFEST = "manifest.csv"
@@ -38,6 +46,7 @@ class Student:
     id: str
     name: str
     stem: str  # file-name-safe id
+    line: int = 0  # of the roster
 
     def seed(self, class_seed: int) -> int:
         """Stable across runs and machines (not Python's salted hash)."""
@@ -56,7 +65,8 @@ def read_roster(path: Path, id_column: str | None = None) -> list[Student]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not a readable UTF-8 CSV file ({exc})") from None
     try:
-        rows = list(csv.reader(text.splitlines()))
+        # not str.splitlines: it also splits at \x1c-\x1e, \x85 and U+2028, which CSV keeps
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as exc:
         raise UserError(f"{path}: not a readable CSV file ({exc})") from None
     if not rows or not any(cell.strip() for cell in rows[0]):
@@ -86,16 +96,39 @@ def read_roster(path: Path, id_column: str | None = None) -> list[Student]:
             raise UserError(f"{path}, line {line}: student id {student_id!r} already on "
                             f"line {seen[student_id]}")
         seen[student_id] = line
+        _check_id(student_id, f"{path}, line {line}")
         stem = re.sub(r"[^\w.-]+", "_", student_id).strip("._") or "student"
         if stem.lower() in stems:
             raise UserError(f"{path}, line {line}: student id {student_id!r} gives the same "
                             f"file name as line {stems[stem.lower()]}")
         stems[stem.lower()] = line
         name = row[name_at].strip() if name_at is not None and name_at < len(row) else ""
-        students.append(Student(student_id, name, stem))
+        students.append(Student(student_id, name, stem, line))
     if not students:
         raise UserError(f"{path}: the roster lists no students")
     return students
+
+
+def _check_id(student_id: str, where: str) -> None:
+    """An id becomes part of two file names and a cell of every workbook: refuse what
+    cannot be either (file names are `<kind>_<id>.xlsx` with characters other than
+    letters, digits, `.`, `-` and `_` replaced by `_`, so Windows' reserved names such as
+    CON never stand alone)."""
+    check_cell_text(student_id, f"{where}: student id")
+    if "/" in student_id or "\\" in student_id:
+        raise UserError(f"{where}: student id {student_id!r} holds a path separator (/ or \\)")
+
+
+def _check_file_names(plan, roster: Path) -> None:
+    """Every file name fits the file system (255 bytes), checked before anything is
+    written."""
+    for student, *names in plan:
+        for name in names:
+            if len(name.encode()) > NAME_MAX:
+                raise UserError(f"{roster}, line {student.line}: student id "
+                                f"{student.id[:40]!r}… is too long for a file name "
+                                f"({name[:40]}… is {len(name.encode())} bytes; "
+                                f"at most {NAME_MAX})")
 
 
 def _input_blocks(wb, kind, params, inputs) -> list[tuple[str, int, int, np.ndarray]]:
@@ -129,13 +162,7 @@ class _Edition:
         if self.model is None:
             self.model = FormulasModel(raw)
         values = _evaluate(self.model, overrides)
-        fd, tmp = tempfile.mkstemp(prefix=".attnsheets-", suffix=".xlsx", dir=path.parent)
-        os.close(fd)
-        try:
-            store_values(raw, Path(tmp), values)
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        store_values(raw, path, values)  # into the staging folder: no one sees it yet
         return values
 
 
@@ -177,45 +204,88 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
               layout: str = "cells", lang: str = "en", tokens: list[str] | None = None,
               class_seed: int = 0, force: bool = False,
               id_column: str | None = None) -> "ClassResult":
-    """Write every student's exercise and key, and the manifest, verifying each."""
+    """Write every student's exercise and key, and the manifests, verifying each. All is
+    written into a staging folder beside `out` and moved into place at the end: a class
+    that fails or is interrupted leaves nothing behind."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
     validate_steps(kind, params, exercise)
     labels = kind.labels(params, tokens)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
-    plan = [(s, out / f"{kind.name}_{s.stem}.xlsx", out / f"{kind.name}_{s.stem}_key.xlsx")
+    plan = [(s, f"{kind.name}_{s.stem}.xlsx", f"{kind.name}_{s.stem}_key.xlsx")
             for s in students]
-    if not force:  # refuse before writing anything
-        for path in [out / MANIFEST] + [p for _, *paths in plan for p in paths]:
-            if path.exists():
-                raise UserError(f"{path} already exists; pass --force to replace the class")
-    out.mkdir(parents=True, exist_ok=True)
+    _check_file_names(plan, roster)
+    names = [name for _, *pair in plan for name in pair] + [MANIFEST, RECORD]
+    if not force:  # refuse before the work (and again, exclusively, when moving in)
+        for name in names:
+            if (out / name).exists():
+                raise UserError(f"{out / name} already exists; pass --force to replace the "
+                                f"class")
     editions = {"exercise": _Edition(exercise), "key": _Edition(None)}
-    manifest, problems = [], []
-    with tempfile.TemporaryDirectory(prefix="attnsheets-class-") as workdir:
-        for student, exercise_path, key_path in plan:
+    manifest, records, problems = [], [], []
+    with _staging(out) as staging, \
+            tempfile.TemporaryDirectory(prefix="attnsheets-class-") as workdir:
+        for student, exercise_name, key_name in plan:
             seed = student.seed(class_seed)
             inputs = complete_inputs(kind, params, {}, seed)
-            for edition, path in ((editions["exercise"], exercise_path),
-                                  (editions["key"], key_path)):
+            for edition, name in ((editions["exercise"], exercise_name),
+                                  (editions["key"], key_name)):
                 wb = build_workbook(kind, params, inputs, labels, layout, lang=lang,
                                     exercise=edition.exercise, student=student.id)
-                values = edition.write(wb, _input_blocks(wb, kind, params, inputs), path,
-                                       Path(workdir))
-                problems += [f"{path.name}: {p}" for p in
+                values = edition.write(wb, _input_blocks(wb, kind, params, inputs),
+                                       staging / name, Path(workdir))
+                problems += [f"{name}: {p}" for p in
                              _verify(wb, kind, params, inputs, values, edition.exercise)]
-            manifest.append({"student": student.id, "name": student.name,
-                             "file": exercise_path.name, "key_file": key_path.name,
-                             "seed": seed})
-    _write_manifest(out / MANIFEST, manifest)
+            manifest.append([student.id, student.name, exercise_name, key_name, seed])
+            records.append(student_record(student.id, student.name, exercise_name, key_name,
+                                          seed, kind.name, dataclasses.asdict(params),
+                                          layout, labels, exercise, inputs))
+        write_csv(staging / MANIFEST, ["student", "name", "file", "key_file", "seed"],
+                  manifest, force=True)
+        write_record(staging / RECORD, records)
+        _move_in(staging, out, names, force)
     return ClassResult(out, len(plan), problems, time.perf_counter() - started)
 
 
-def _write_manifest(path: Path, rows: list[dict]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".csv", dir=path.parent)
-    with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, ["student", "name", "file", "key_file", "seed"])
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+@contextlib.contextmanager
+def _staging(out: Path) -> Iterator[Path]:
+    """A fresh folder beside `out` (same file system, so moving is renaming), removed at
+    the end whatever happens, with the folders made for it."""
+    made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with temp_beside(out, f".{out.name}.attnsheets-", folder=True) as staging:
+            yield staging
+    finally:
+        if not out.exists():
+            for folder in made:  # nearest first; only if still empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+
+def _move_in(staging: Path, out: Path, names: list[str], force: bool) -> None:
+    """Move the staged files into `out`, the manifests last. Without `force` each name is
+    claimed exclusively; with it the old files are set aside first. On any failure the
+    files moved in are removed and the old ones put back."""
+    created = not out.exists()
+    if created:
+        out.mkdir()
+    old = staging / ".replaced"
+    old.mkdir()
+    moved, set_aside = [], []
+    try:
+        for name in names:
+            if force and (out / name).exists():
+                os.replace(out / name, old / name)
+                set_aside.append(name)
+            move_into_place(staging / name, out / name, force=False)
+            moved.append(name)
+    except BaseException:
+        for name in moved:
+            (out / name).unlink(missing_ok=True)
+        for name in set_aside:
+            os.replace(old / name, out / name)
+        if created:
+            out.rmdir()
+        raise

@@ -26,6 +26,7 @@ from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.layout import LABEL_FONT, NAME_FONT, SheetWriter
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
 
@@ -95,7 +96,7 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
     """Blank the exercise steps on `sheet` and add the hidden key and self-checks."""
     validate_steps(kind, params, spec)
     ws, wb = sheet.ws, sheet.ws.parent
-    ws.cell(3, 1).value = LEGEND
+    write_text(ws, 3, 1, LEGEND)
     key = None
     if spec.self_check:
         key = SheetWriter(wb.create_sheet(KEY_SHEET), layout)
@@ -106,18 +107,18 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
     for step in spec.steps:
         _blank(ws, sheet.blocks[step])
     row = sheet.row
-    ws.cell(row, 1, "Exercise: replace the #N/A in each green cell with a number or a "
+    write_text(ws, row, 1, "Exercise: replace the #N/A in each green cell with a number or a "
                     "formula; later steps use your entries (and show #N/A until then)."
             ).font = Font(bold=True)
     if key is None:
         return
     tol = _number(spec.tolerance)
     row += 1
-    ws.cell(row, 1, f"Self-check (a cell is correct within ±{spec.tolerance:g})").font = \
+    write_text(ws, row, 1, f"Self-check (a cell is correct within ±{spec.tolerance:g})").font = \
         Font(bold=True)
-    ws.cell(row + 1, 1, "✓ = row correct, ✗ = not yet").font = LABEL_FONT
+    write_text(ws, row + 1, 1, "✓ = row correct, ✗ = not yet").font = LABEL_FONT
     for j, header in enumerate(("step", "correct", "of"), start=1):
-        ws.cell(row + 2, j, header).font = LABEL_FONT
+        write_text(ws, row + 2, j, header).font = LABEL_FONT
     for n, step in enumerate(spec.steps):
         mine, answer = sheet.blocks[step], key.blocks[step]
         for i in range(mine.rows):
@@ -125,7 +126,7 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
             ws[mark] = ArrayFormula(mark, f'=IF({_count(mine, answer, tol, i)}='
                                           f'{mine.cols},"✓","✗")')
         r = row + 3 + n
-        ws.cell(r, 1, step).font = NAME_FONT
+        write_text(ws, r, 1, step).font = NAME_FONT
         count = cell_ref(r, 2)
         ws[count] = ArrayFormula(count, f"={_count(mine, answer, tol)}")
         ws.cell(r, 3, mine.rows * mine.cols)

@@ -1,20 +1,21 @@
 """`grade`: score returned exercise workbooks, one CSV row per file.
 
-The right answers are recomputed with the NumPy reference from the inputs each file holds
-(as `check` does), never read from the file's hidden key, so a student who edited the key
-gains nothing (nor does its state matter: a file saved by Gnumeric has it visible). A cell
-counts as correct when it holds a number within the workbook's tolerance of the answer: a
-typed value, or a formula's value as Excel or LibreOffice saved it (files never opened in an
-application are evaluated with the `formulas` engine) or, when an engine is named, as that
-engine recalculates the file. Text, blanks and error values are wrong. Answers are from the
-inputs alone: a wrong WEIGHTS is not carried forward into OUTPUT, matching the in-sheet
-self-check.
+With the class's manifest (`manifest.json`, written by `class`), everything but the answers
+comes from the teacher's record: the student (matched by file name, else by the inputs),
+the inputs (drawn again from the recorded seed), the steps and the tolerance; each way a
+file differs from the record (edited inputs, tolerance or step list, another student's id)
+is reported. Without it, grading trusts the file: the right answers are recomputed with the
+NumPy reference from the inputs each file holds (as `check` does), never read from the
+file's hidden key, so a student who edited the key gains nothing (nor does its state
+matter: a file saved by Gnumeric has it visible). A cell counts as correct when it holds a
+number within the tolerance of the answer: a typed value, or a formula's value as Excel or
+LibreOffice saved it (files never opened in an application are evaluated with the
+`formulas` engine) or, when an engine is named, as that engine recalculates the file. Text,
+blanks and error values are wrong. Answers are from the inputs alone: a wrong WEIGHTS is
+not carried forward into OUTPUT, matching the in-sheet self-check.
 """
 
-import csv
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,13 +23,21 @@ from typing import Any
 import numpy as np
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.book.files import check_writable, open_workbook
+from workbook_builder.book.files import check_writable, open_workbook, write_csv
 from workbook_builder.book.workbook import read_spec, spec_kind_params
 from workbook_builder.checking.check import ENGINES, read_inputs, require_engine
 from workbook_builder.checking.names import find_name
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.refs import parse_range
+from workbook_builder.teaching.record import (
+    StudentRecord,
+    by_digest,
+    by_file_name,
+    inputs_digest,
+    read_record,
+)
 
 
 @dataclass
@@ -37,7 +46,10 @@ class Grade:
     student: str = ""
     kind: str = ""
     steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # step -> (correct, of)
-    problem: str = ""
+    problem: str = ""  # why the file could not be graded
+    name: str = ""  # from the manifest
+    verified: bool = False  # graded against the teacher's manifest
+    changes: list[str] = field(default_factory=list)  # how the file differs from it
 
     @property
     def correct(self) -> int:
@@ -49,13 +61,13 @@ class Grade:
 
 
 def collect_files(paths: list[Path]) -> list[Path]:
-    """Files named, and the .xlsx files of folders named (answer keys `*_key.xlsx`, lock
-    files `~$*` and hidden files skipped)."""
+    """Files named, and the .xlsx files (any case) in folders named and their subfolders,
+    as course platforms hand them out; answer keys `*_key.xlsx`, lock files `~$*`, hidden
+    files and folders, and macOS's `__MACOSX` copies are skipped."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files += sorted(p for p in path.glob("*.xlsx") if not p.name.endswith("_key.xlsx")
-                            and not p.name.startswith(("~$", ".")))
+            files += sorted(p for p in path.rglob("*") if _returned_workbook(p, path))
         elif path.exists():
             files.append(path)
         else:
@@ -65,12 +77,26 @@ def collect_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def grade_file(path: Path, engine: str | None = None) -> Grade:
+def _returned_workbook(path: Path, top: Path) -> bool:
+    name = path.name.lower()
+    folders = path.relative_to(top).parts[:-1]
+    return (name.endswith(".xlsx") and not name.endswith("_key.xlsx")
+            and not name.startswith(("~$", ".")) and path.is_file()
+            and not any(f.startswith(".") or f == "__MACOSX" for f in folders))
+
+
+def grade_file(path: Path, engine: str | None = None,
+               students: list[StudentRecord] | None = None) -> Grade:
     """Grade one file: formula cells' values as saved (evaluated with `formulas` where the
-    file has none) or, with `engine`, as that engine recalculates the file."""
-    grade = Grade(str(path), student=path.stem)
+    file has none) or, with `engine`, as that engine recalculates the file. With the
+    class's `students` (its manifest), the student, inputs, steps and tolerance come from
+    there and every way the file differs is listed in `changes`."""
+    grade = Grade(str(path), student=path.stem, verified=students is not None)
     try:
-        _grade(path, grade, engine)
+        if students is None:
+            _grade(_Returned(path, engine), grade)
+        else:
+            _grade_from_record(_Returned(path, engine), grade, students)
     except UserError as exc:
         grade.problem = str(exc)
     except Exception as exc:  # a damaged file must not stop the batch
@@ -78,49 +104,139 @@ def grade_file(path: Path, engine: str | None = None) -> Grade:
     return grade
 
 
-def _grade(path: Path, grade: Grade, engine: str | None) -> None:
-    wb = open_workbook(path)
-    spec = read_spec(wb, path)
+class _Returned:
+    """A returned workbook: its cells, and each cell's value as saved (or as an engine
+    computes it)."""
+
+    def __init__(self, path: Path, engine: str | None):
+        self.path, self.engine = path, engine
+        self.wb = open_workbook(path)
+        self.saved = open_workbook(path, data_only=True) if engine is None else None
+        self._evaluated: list[dict] = []
+
+    def evaluated(self) -> dict:
+        if not self._evaluated:
+            self._evaluated.append(ENGINES[self.engine or "formulas"](self.path, self.wb))
+        return self._evaluated[0]
+
+    def value_of(self, sheet: str, row: int, col: int) -> Any:
+        value = None if self.saved is None else self.saved[sheet].cell(row, col).value
+        if value is None:  # an engine named, or saved without values (e.g. by openpyxl)
+            value = self.evaluated().get((sheet.upper(), row, col))
+        return value
+
+    def inputs(self, kind, params) -> dict[str, np.ndarray]:
+        return read_inputs(self.wb, kind, params, self.path,
+                           self.evaluated if self.saved is None else
+                           lambda: _saved_or_evaluated(self.saved, self.evaluated))
+
+    def score(self, step: str, answer: np.ndarray, tolerance: float) -> tuple[int, int]:
+        """(cells within `tolerance` of `answer`, cells) of the block named `step`."""
+        where = find_name(self.wb, step, self.path)
+        if where.shape != answer.shape:
+            raise UserError(f"{self.path}: step {step} spans {where.shape[0]}×"
+                            f"{where.shape[1]} cells, not {answer.shape[0]}×{answer.shape[1]}")
+        ws = self.wb[where.sheet]
+        in_array = _array_members(ws)
+        correct = 0
+        for i in range(where.shape[0]):
+            for j in range(where.shape[1]):
+                row, col = where.top + i, where.left + j
+                cell = ws.cell(row, col)
+                formula = is_formula_cell(cell) or (row, col) in in_array
+                got = self.value_of(where.sheet, row, col) if formula else cell.value
+                correct += _is_correct(got, answer[i, j], tolerance)
+        return correct, answer.size
+
+
+def _grade(returned: _Returned, grade: Grade) -> None:
+    """Everything as the file states it: nothing verified."""
+    path = returned.path
+    spec = read_spec(returned.wb, path)
     grade.kind = spec.kind
     grade.student = spec.student or path.stem
     if spec.exercise is None:
         raise UserError(f"{path} is an attnsheets workbook but not an exercise (an answer "
                         f"key?)")
     kind, params = spec_kind_params(spec)
-    cache: list[dict] = []
-
-    def evaluated() -> dict:
-        if not cache:
-            cache.append(ENGINES[engine or "formulas"](path, wb))
-        return cache[0]
-
-    saved = open_workbook(path, data_only=True) if engine is None else None
-
-    def value_of(sheet: str, row: int, col: int) -> Any:
-        value = None if saved is None else saved[sheet].cell(row, col).value
-        if value is None:  # an engine named, or saved without values (e.g. by openpyxl)
-            value = evaluated().get((sheet.upper(), row, col))
-        return value
-
-    inputs = read_inputs(wb, kind, params, path, evaluated if saved is None else
-                         lambda: _saved_or_evaluated(saved, evaluated))
-    expected = kind.reference(inputs, params)
-    tolerance = spec.exercise.tolerance
+    expected = kind.reference(returned.inputs(kind, params), params)
     for step in spec.exercise.steps:
-        where = find_name(wb, step, path)
-        ws = wb[where.sheet]
-        in_array = _array_members(ws)
+        grade.steps[step] = returned.score(step, np.asarray(expected[step], float),
+                                           spec.exercise.tolerance)
+
+
+def _grade_from_record(returned: _Returned, grade: Grade,
+                       students: list[StudentRecord]) -> None:
+    """The student, inputs, steps and tolerance from the teacher's record; the file gives
+    only the answers, and every way it differs from the record is noted."""
+    path, changes = returned.path, grade.changes
+    named = by_file_name(students, path)
+    file_inputs, digest = _inputs_as_recorded(returned, named, students)
+    holder = by_digest(students, digest) if digest else None
+    record = named or holder
+    if record is None:
+        raise UserError(f"{path} matches no student of the manifest (neither its file name "
+                        f"nor its inputs)")
+    grade.student, grade.name, grade.kind = record.student, record.name, record.kind
+    kind, params = record.kind_params()
+    recorded = record.inputs()
+    if file_inputs is None:
+        changes.append("inputs edited (not numbers in the recorded shapes)")
+    elif digest != record.inputs_sha256 and not all(
+            np.allclose(file_inputs[n], recorded[n], rtol=1e-9, atol=0) for n in recorded):
+        changes.append("inputs edited")
+    if holder is not None and holder is not record:
+        changes.append(f"inputs are those of student {holder.student}")
+    changes += _about_changes(returned, record)
+    expected = kind.reference(recorded, params)
+    for step in record.steps:
         answer = np.asarray(expected[step], float)
-        correct = 0
-        for i in range(where.shape[0]):
-            for j in range(where.shape[1]):
-                row, col = where.top + i, where.left + j
-                raw = ws.cell(row, col).value
-                formula = isinstance(raw, ArrayFormula) or (row, col) in in_array or \
-                    (isinstance(raw, str) and raw.startswith("="))
-                got = value_of(where.sheet, row, col) if formula else raw
-                correct += _is_correct(got, answer[i, j], tolerance)
-        grade.steps[step] = (correct, answer.size)
+        try:
+            grade.steps[step] = returned.score(step, answer, record.tolerance)
+        except UserError:
+            grade.steps[step] = (0, answer.size)
+            changes.append(f"step {step} moved, resized or deleted")
+
+
+def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
+                        students: list[StudentRecord]):
+    """The file's inputs read with the parameters of the student its name matches (else
+    of each recorded kind and parameters in turn), and their digest; (None, "") when they
+    cannot be read so."""
+    candidates = [named] if named is not None else students
+    tried = []
+    for record in candidates:
+        if (record.kind, record.params) in tried:
+            continue
+        tried.append((record.kind, record.params))
+        try:
+            inputs = returned.inputs(*record.kind_params())
+        except UserError:
+            continue
+        return inputs, inputs_digest(inputs)
+    return None, ""
+
+
+def _about_changes(returned: _Returned, record: StudentRecord) -> list[str]:
+    """How the file's About sheet differs from the record."""
+    try:
+        spec = read_spec(returned.wb, returned.path)
+    except UserError:
+        return ["About sheet edited (unreadable)"]
+    changes = []
+    if spec.student != record.student:
+        changes.append(f"claims student {spec.student}" if spec.student is not None
+                       else "student removed from the About sheet")
+    if (spec.kind, spec.params, spec.layout) != (record.kind, record.params, record.layout):
+        changes.append("kind or parameters changed")
+    if spec.exercise is None:
+        changes.append("exercise removed from the About sheet")
+        return changes
+    if tuple(spec.exercise.steps) != tuple(record.steps):
+        changes.append("step list changed")
+    if spec.exercise.tolerance != record.tolerance:
+        changes.append("tolerance changed")
+    return changes
 
 
 def _saved_or_evaluated(saved, evaluated) -> dict:
@@ -160,34 +276,31 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
     steps: list[str] = []
     for grade in grades:
         steps += [s for s in grade.steps if s not in steps]
-    fd, tmp = tempfile.mkstemp(prefix=".grades-", suffix=".csv", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["student", "file", "kind", *steps, "correct", "total", "score",
-                             "problem"])
-            for g in grades:
-                cells = [f"{g.steps[s][0]}/{g.steps[s][1]}" if s in g.steps else ""
-                         for s in steps]
-                score = f"{100 * g.correct / g.total:.1f}" if g.total else ""
-                writer.writerow([g.student, g.file, g.kind, *cells,
-                                 g.correct if not g.problem else "",
-                                 g.total if not g.problem else "", score, g.problem])
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    rows = []
+    for g in grades:
+        cells = [f"{g.steps[s][0]}/{g.steps[s][1]}" if s in g.steps else "" for s in steps]
+        score = f"{100 * g.correct / g.total:.1f}" if g.total and not g.problem else ""
+        rows.append([g.student, g.name, g.file, g.kind, *cells,
+                     g.correct if not g.problem else "", g.total if not g.problem else "",
+                     score, g.problem or "; ".join(g.changes),
+                     "yes" if g.verified else "no (no manifest)"])
+    write_csv(out, ["student", "name", "file", "kind", *steps, "correct", "total", "score",
+                    "problem", "verified"], rows, force)
 
 
 def grade_all(paths: list[Path], out: Path | None, force: bool,
-              engine: str | None = None) -> list[Grade]:
+              engine: str | None = None, manifest: Path | None = None) -> list[Grade]:
     """Grade every file (a file that cannot be graded gets a row with its problem), and
-    write the CSV when asked. `engine`: recalculate formula cells with it (see grade_file)."""
+    write the CSV when asked. `engine`: recalculate formula cells with it (see grade_file).
+    `manifest`: the class's manifest.json (or its folder), against which every file is
+    graded and verified."""
+    students = read_record(manifest) if manifest is not None else None
     files = collect_files(paths)
     if out is not None and out.exists() and not force:  # refuse before the work
         raise UserError(f"{out} already exists; pass --force to replace it")
     if engine is not None:
         require_engine(engine)
-    grades = [grade_file(path, engine) for path in files]
+    grades = [grade_file(path, engine, students) for path in files]
     if out is not None:
         write_grades(grades, out, force)
     return grades

@@ -18,6 +18,7 @@ from openpyxl.comments import Comment
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.engines.thirdparty import stored_cells
+from workbook_builder.sheet.cells import set_text
 
 LANGS = ("en", "zh")
 
@@ -137,8 +138,8 @@ def translate_sheets(wb: Workbook, tr: Catalog, skip: Iterable[str] = ()) -> Non
         if ws.title in skip:
             continue
         for cell in stored_cells(ws):
-            if isinstance(cell.value, str) and not cell.value.startswith("="):
-                cell.value = tr(cell.value)
+            if isinstance(cell.value, str) and cell.data_type == "s":  # text, not #N/A
+                set_text(cell, tr(cell.value))
             if cell.comment is not None:
                 old = cell.comment
                 cell.comment = Comment(tr(old.text), old.author, width=old.width,

@@ -15,6 +15,7 @@ from workbook_builder.book.workbook import build_workbook
 from workbook_builder.checking.check import CheckReport, check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
 from workbook_builder.sheet.registry import get_kind
@@ -105,7 +106,7 @@ def reproduce(name: str, out: Path, force: bool) -> list[ExampleResult]:
         check_writable(path, force)
     results = []
     for example, path in zip(tutorial.examples, paths, strict=True):
-        wb, values, rows = _write_example(tutorial, example, path)
+        wb, values, rows = _write_example(tutorial, example, path, force)
         report = check_workbook(path, values=values, workbook=wb)
         results.append(ExampleResult(example, path, report, rows))
     return results
@@ -116,34 +117,34 @@ def _printed_cells(example: Example) -> list[tuple[str, int, int, float]]:
             for i, row in enumerate(matrix) for j, value in enumerate(row)]
 
 
-def _write_example(tutorial: Tutorial, example: Example, path: Path):
+def _write_example(tutorial: Tutorial, example: Example, path: Path, force: bool):
     kind = get_kind(example.kind)
     params = make_params(kind, example.params)
     inputs = {k: np.asarray(v, dtype=float) for k, v in example.inputs.items()}
     wb = build_workbook(kind, params, inputs, tutorial.tokens, "cells")
     ws = wb.create_sheet("Tutorial", 0)
-    ws["A1"] = f"Printed by the tutorial vs computed live — {tutorial.source}"
-    ws["A1"].font = Font(bold=True, size=13)
-    ws["A2"] = ("'agree' when they match at the tutorial's 3 decimals; 'DIFFERS' marks a "
-                "printed number that its own formula does not give.")
+    write_text(ws, 1, 1, f"Printed by the tutorial vs computed live — {tutorial.source}"
+               ).font = Font(bold=True, size=13)
+    write_text(ws, 2, 1, "'agree' when they match at the tutorial's 3 decimals; 'DIFFERS' "
+                         "marks a printed number that its own formula does not give.")
     if example.note:
-        ws["A3"] = example.note
+        write_text(ws, 3, 1, example.note)
     headers = ["step", "query", "column", "printed", "live cell", "agree?"]
     for j, header in enumerate(headers, start=1):
-        ws.cell(5, j, header).font = Font(bold=True)
+        write_text(ws, 5, j, header).font = Font(bold=True)
     cells = []
     for r, (step, i, j, printed) in enumerate(_printed_cells(example), start=6):
         where = find_name(wb, step, path)
         live = f"{quote_sheet(where.sheet)}!{cell_ref(where.top + i, where.left + j)}"
-        ws.cell(r, 1, step)
-        ws.cell(r, 2, tutorial.tokens[i])
+        write_text(ws, r, 1, step)
+        write_text(ws, r, 2, tutorial.tokens[i])
         ws.cell(r, 3, j + 1)
         ws.cell(r, 4, printed).number_format = "0.000"
         ws.cell(r, 5, f"={live}").number_format = "0.0000"
         ws.cell(r, 6, f'=IF(ABS(E{r}-D{r})<={AGREE_WITHIN},"agree","DIFFERS")')
         cells.append((r, step, i, j, printed))
     ws.column_dimensions["A"].width = 12
-    values = save_atomic(wb, path)  # the live cells' values, as stored beside them
+    values = save_atomic(wb, path, force=force)  # the live cells' values, stored beside
     rows = []
     for r, step, i, j, printed in cells:
         live = values.get(("TUTORIAL", r, 5))
