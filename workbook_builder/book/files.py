@@ -1,10 +1,12 @@
 """Workbooks on disk: open one a user named, refuse to overwrite, save atomically with every
 formula's value stored beside it, and build-and-save in one call."""
 
+import contextlib
 import dataclasses
 import os
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,13 @@ from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.thirdparty import load_workbook, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
+from workbook_builder.sheet.limits import (
+    DEFAULT_MAX_CELLS,
+    MAX_WORKBOOK_BYTES,
+    check_fits,
+    check_grid,
+    check_results_finite,
+)
 from workbook_builder.sheet.refs import parse_range
 
 
@@ -58,12 +67,15 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
 def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
                    given: dict[str, np.ndarray] | None = None, tokens: list[str] | None = None,
                    layout: str = "cells", force: bool = False, lang: str = "en",
-                   exercise=None) -> BuiltBook:
+                   exercise=None, max_cells: int = DEFAULT_MAX_CELLS) -> BuiltBook:
     """Build and save atomically; the evaluation that stores the cached values is the only
-    one, and its values come back for whoever checks the file next."""
+    one, and its values come back for whoever checks the file next. Limits are checked
+    before any work (`check_fits`, `check_results_finite`)."""
     check_writable(path, force)
-    inputs = complete_inputs(kind, params, given or {}, seed)
     labels = kind.labels(params, tokens)
+    check_fits(kind, params, labels, exercise, max_cells)
+    inputs = complete_inputs(kind, params, given or {}, seed)
+    check_results_finite(kind, params, inputs)
     wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise)
     values = save_atomic(wb, path)
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, labels, lang, exercise)
@@ -91,10 +103,27 @@ def open_workbook(path: Path, data_only: bool = False) -> Workbook:
         raise UserError(f"{path} is a folder, not a workbook")
     if not zipfile.is_zipfile(path):
         raise UserError(f"{path} is not an .xlsx workbook")
+    check_size(path)
     try:
-        return load_workbook(path, data_only=data_only)
+        wb = load_workbook(path, data_only=data_only)
     except Exception as exc:  # openpyxl raises many types on damaged files
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
+    check_grid(wb, path)
+    return wb
+
+
+def check_size(path: Path) -> None:
+    """Refuse, before reading it, a workbook whose parts unpack to more than
+    MAX_WORKBOOK_BYTES (a zip's directory states each part's size)."""
+    try:
+        with zipfile.ZipFile(path) as book:
+            unpacked = sum(info.file_size for info in book.infolist())
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
+    if unpacked > MAX_WORKBOOK_BYTES:
+        raise UserError(f"{path} unpacks to {unpacked / 2**20:,.0f} MB, more than the "
+                        f"{MAX_WORKBOOK_BYTES // 2**20} MB attnsheets reads; it is not a "
+                        f"workbook attnsheets wrote")
 
 
 def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
@@ -107,6 +136,16 @@ def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
         raise UserError(f"{path} already exists; pass --force to replace it")
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OS error while writing `path` (through a temporary file beside it) names `path`,
+    not the temporary file."""
+    try:
+        yield
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+
+
 def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> CellValues | None:
     """Write beside the target and rename, so a failure never leaves a partial file.
     With `with_values`, every formula cell also carries the value the `formulas` engine
@@ -114,20 +153,22 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> CellValue
     values are returned."""
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
     temps = []
-    try:
-        for _ in range(2):
-            fd, tmp = tempfile.mkstemp(prefix=".attnsheets-", suffix=".xlsx", dir=path.parent)
-            os.close(fd)
-            temps.append(Path(tmp))
-        wb.save(temps[0])
-        if with_values:
-            # the workbook in memory is what was just saved: no need to read it back
-            values = FormulasModel(wb, path.name).evaluate()
-            store_values(temps[0], temps[1], values)
-            os.replace(temps[1], path)
-            return values
-        os.replace(temps[0], path)
-        return None
-    finally:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
+    with writing(path):
+        try:
+            for _ in range(2):
+                fd, tmp = tempfile.mkstemp(prefix=".attnsheets-", suffix=".xlsx",
+                                           dir=path.parent)
+                os.close(fd)
+                temps.append(Path(tmp))
+            wb.save(temps[0])
+            if with_values:
+                # the workbook in memory is what was just saved: no need to read it back
+                values = FormulasModel(wb, path.name).evaluate()
+                store_values(temps[0], temps[1], values)
+                os.replace(temps[1], path)
+                return values
+            os.replace(temps[0], path)
+            return None
+        finally:
+            for tmp in temps:
+                tmp.unlink(missing_ok=True)

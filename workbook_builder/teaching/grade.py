@@ -20,15 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.book.files import check_writable, open_workbook
+from workbook_builder.book.files import check_writable, open_workbook, writing
 from workbook_builder.book.workbook import read_spec, spec_kind_params
-from workbook_builder.checking.check import ENGINES, read_inputs, require_engine
-from workbook_builder.checking.names import find_name
+from workbook_builder.checking.check import (
+    ENGINES,
+    array_members,
+    holds_formula,
+    read_inputs,
+    require_engine,
+)
+from workbook_builder.checking.names import find_block
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.refs import parse_range
 
 
 @dataclass
@@ -107,17 +111,16 @@ def _grade(path: Path, grade: Grade, engine: str | None) -> None:
     expected = kind.reference(inputs, params)
     tolerance = spec.exercise.tolerance
     for step in spec.exercise.steps:
-        where = find_name(wb, step, path)
-        ws = wb[where.sheet]
-        in_array = _array_members(ws)
         answer = np.asarray(expected[step], float)
+        where = find_block(wb, step, path, answer.shape)
+        ws = wb[where.sheet]
+        in_array = array_members(ws, where)
         correct = 0
         for i in range(where.shape[0]):
             for j in range(where.shape[1]):
                 row, col = where.top + i, where.left + j
                 raw = ws.cell(row, col).value
-                formula = isinstance(raw, ArrayFormula) or (row, col) in in_array or \
-                    (isinstance(raw, str) and raw.startswith("="))
+                formula = holds_formula(raw, row, col, in_array)
                 got = value_of(where.sheet, row, col) if formula else raw
                 correct += _is_correct(got, answer[i, j], tolerance)
         grade.steps[step] = (correct, answer.size)
@@ -140,15 +143,6 @@ class _Fallback(dict):
         return self._evaluated().get(key, default) if value is None else value
 
 
-def _array_members(ws) -> set[tuple[int, int]]:
-    cells = set()
-    for cell in stored_cells(ws):
-        if isinstance(cell.value, ArrayFormula):
-            top, left, bottom, right = parse_range(cell.value.ref)
-            cells |= {(r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)}
-    return cells
-
-
 def _is_correct(got: Any, want: float, tolerance: float) -> bool:
     if isinstance(got, bool) or not isinstance(got, int | float) or not math.isfinite(got):
         return False  # blank, text, an error value ('#DIV/0!'), TRUE/FALSE
@@ -160,6 +154,11 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
     steps: list[str] = []
     for grade in grades:
         steps += [s for s in grade.steps if s not in steps]
+    with writing(out):
+        _write_csv(out, steps, grades)
+
+
+def _write_csv(out: Path, steps: list[str], grades: list[Grade]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".grades-", suffix=".csv", dir=out.parent)
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
