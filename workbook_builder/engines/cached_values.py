@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from xml.sax.saxutils import escape
 
 from workbook_builder.engines.formulas_engine import CellValues
-from workbook_builder.sheet.limits import extent_of
+from workbook_builder.sheet.limits import EXCEL_ROWS, extent_of
 from workbook_builder.sheet.refs import cell_ref, parse_cell, parse_range
 
 _CELL = re.compile(r'<c r="([A-Z]+\d+)"([^>]*?)(?:/>|>(.*?)</c>)', re.S)
@@ -100,7 +100,7 @@ def trimmed_copy(source: Path, target: Path) -> Path:
             zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
         names = [_unescape(ref) for ref in
                  _DEFINED_NAME.findall(book.read("xl/workbook.xml").decode("utf-8"))]
-        last_row = extent_of(names)[0]
+        last_row = (extent_of(names) or (EXCEL_ROWS,))[0]
         parts = set(_sheet_parts(book).values())
 
         def keep(match: re.Match) -> str:

@@ -128,7 +128,10 @@ def _within_names(wb: Workbook, sheets: dict, book: str) -> dict:
     """The stored cells of each sheet within the defined names' extent; a formula there
     that reads more cells than the extent holds (a whole column, a million rows) is
     refused in one line rather than evaluated."""
-    rows, cols = named_extent(wb)
+    extent = named_extent(wb)
+    if extent is None:  # no named block: not a workbook of ours, nothing to bound it by
+        return sheets
+    rows, cols = extent
     most = rows * cols
     bounded = {}
     for title, cells in sheets.items():

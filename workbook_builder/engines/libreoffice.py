@@ -79,7 +79,7 @@ def read_values(path: Path) -> CellValues:
     stray cell far down a sheet costs nothing."""
     wb = load_workbook(path, data_only=True, read_only=True)
     try:
-        rows, cols = named_extent(wb)
+        rows, cols = named_extent(wb) or (None, None)  # None: the sheets' own extent
         return {(ws.title.upper(), r, c): value for ws in wb.worksheets
                 for r, row in enumerate(ws.iter_rows(max_row=rows, max_col=cols,
                                                      values_only=True), start=1)

@@ -21,7 +21,6 @@ EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
 DEFAULT_MAX_CELLS = 2_000_000      # input and formula cells of one build, answer key included
 MAX_LABEL_CHARS = 255              # one token or label
 MAX_WORKBOOK_BYTES = 200 * 2**20   # a workbook's parts, uncompressed, that check/grade read
-MAX_RANGE_CELLS = DEFAULT_MAX_CELLS  # cells one formula of a file may read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +128,11 @@ def check_results_finite(kind, params, inputs: dict[str, np.ndarray]) -> None:
                             f"inputs of smaller magnitude")
 
 
-def named_extent(wb) -> tuple[int, int]:
+def named_extent(wb) -> tuple[int, int] | None:
     """The last row and column any defined name of a workbook covers, plus one of each
     (the ✓/✗ marks beside an exercise step): the part of each sheet that `check` and
     `grade` read. A cell beyond it (a stray entry far down a returned file) is never
-    read."""
+    read. None for a workbook without a name that is a range (nothing to bound it by)."""
     refs = []
     for defined in wb.defined_names.values():
         try:
@@ -143,17 +142,19 @@ def named_extent(wb) -> tuple[int, int]:
     return extent_of(refs)
 
 
-def extent_of(refs) -> tuple[int, int]:
+def extent_of(refs) -> tuple[int, int] | None:
     """`named_extent` of a workbook whose defined names hold these references ("$B$5:$E$8",
     with or without a sheet); a reference that is not one plain range is left out
     (`find_name` refuses it)."""
-    bottom = right = 1
+    bottom = right = 0
     for ref in refs:
         try:
             _, _, last_row, last_col = parse_range(ref.rpartition("!")[2].replace("$", ""))
         except ValueError:  # a whole column, a constant: not ours
             continue
         bottom, right = max(bottom, last_row), max(right, last_col)
+    if not bottom:
+        return None
     return min(bottom + 1, EXCEL_ROWS), min(right + 1, EXCEL_COLS)
 
 

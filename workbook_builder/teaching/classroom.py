@@ -182,9 +182,9 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
     """Write every student's exercise and key, and the manifest, verifying each."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
-    validate_steps(kind, params, exercise)
     labels = kind.labels(params, tokens)
     check_fits(kind, params, labels, exercise, max_cells)
+    validate_steps(kind, params, exercise)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
     plan = [(s, out / f"{kind.name}_{s.stem}.xlsx", out / f"{kind.name}_{s.stem}_key.xlsx")
