@@ -266,14 +266,18 @@ class Flash(Kind):
     def sections(cls, p):
         bounds = block_bounds(p)
         t = len(bounds)
-        return [
+        # a generator: one section per key block, and a sheet too large for Excel is
+        # refused at its first block beyond the grid (workbook_builder/sheet/limits.py)
+        yield from [
             section("Step 1 — inputs: token rows X and the projection weights", QKV_INPUTS),
             section("Step 2 — project every token to a query, a key and a value",
                     projections()),
             section(f"Step 3 — FlashAttention: {t} key block(s) of B = {p.block_size}, one at "
                     f"a time, keeping only a running max m, a running sum ℓ and an "
-                    f"unnormalised output Õ per query row"),
-            *(key_block(p, j, c0, c1) for j, (c0, c1) in enumerate(bounds, start=1)),
+                    f"unnormalised output Õ per query row")]
+        for j, (c0, c1) in enumerate(bounds, start=1):
+            yield key_block(p, j, c0, c1)
+        yield from [
             section("Step 4 — normalise once at the end; keep the log-sum-exp", [
                 # O = Õ_T / ℓ_T   (one division, at the end)
                 Step("OUTPUT", f"O = Õ{t} / ℓ{t}", Map("={A}/{L}", A=f"ACC_B{t}", L=f"L_B{t}"),

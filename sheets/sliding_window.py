@@ -168,9 +168,12 @@ def mask_row(i, env):  # with random keys: row i adds the RANDOM row of its bloc
     return f"=IF({'+'.join(terms)}>0,1,0)"
 
 
-# m_i = max_{j: M_ij=1} S_ij: a single-cell array formula per row (MAX over an IF)
+# m_i = max_{j: M_ij=1} S_ij: a single-cell array formula per row (MAX over an IF). A masked
+# entry stands in as S_ii, the row's own score, which is always allowed: no sentinel, so
+# no score however large or small can be outranked by a fill value
 def row_max_cell(i, j, env):
-    return Cell(f"=MAX(IF({env['MASK'].row(i)}=1,{env['SCALED'].row(i)},-1E+30))",
+    scaled = env["SCALED"]
+    return Cell(f"=MAX(IF({env['MASK'].row(i)}=1,{scaled.row(i)},{scaled.fixed(i, i)}))",
                 array=True)
 
 
@@ -182,8 +185,8 @@ def masked_softmax() -> list[Step]:
         replace(row_max, equation="m = max_{j: M_ij=1} S_ij",
                 formula=Custom("seq_len", 1, row_max_cell), row_labels="tokens",
                 explanation="Largest allowed score of each row (an array formula: MAX over "
-                            "IF(mask=1, score, -1E+30)); the −1E+30 never wins because every "
-                            "row allows its own position."),
+                            "IF(mask=1, score, own score)); a masked entry counts as the "
+                            "row's own score, which every row allows."),
         replace(exp, equation="P = exp(S − m) if M = 1 else 0",
                 explanation="Exponential of each shifted allowed score; masked entries "
                             "are 0."),
@@ -362,10 +365,10 @@ SlidingWindow.translations = {"zh": {
         "因此不需要 −∞。",
     "Step 4 — softmax over the allowed keys only: max, exp, sum, divide":
         "Step 4：只在允许的键上做 Softmax 归一化 — 最大值、指数、求和、相除",
-    "Largest allowed score of each row (an array formula: MAX over IF(mask=1, score, "
-    "-1E+30)); the −1E+30 never wins because every row allows its own position.":
-        "每行允许位置中的最大分数（数组公式：对 IF(mask=1, 分数, -1E+30) 取 MAX）；"
-        "−1E+30 永远不会胜出，因为每行都允许它自己的位置。",
+    "Largest allowed score of each row (an array formula: MAX over IF(mask=1, score, own "
+    "score)); a masked entry counts as the row's own score, which every row allows.":
+        "每行允许位置中的最大分数（数组公式：对 IF(mask=1, 分数, 本行自身分数) 取 MAX）；"
+        "被掩码的位置按本行自身的分数计，而每行都允许它自己的位置。",
     "Exponential of each shifted allowed score; masked entries are 0.":
         "每个允许位置平移后分数的指数；被掩码的位置为 0。",
     "Attention weights: zero outside the band, each row sums to 1.":

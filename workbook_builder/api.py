@@ -45,6 +45,11 @@ from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
+from workbook_builder.sheet.limits import (
+    DEFAULT_MAX_CELLS,
+    check_fits,
+    check_results_finite,
+)
 from workbook_builder.sheet.registry import get_kind, load_kinds
 from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
 from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
@@ -62,8 +67,8 @@ __all__ = [
     # grading against the teacher's record of a class (manifest.json)
     "StudentRecord", "grade_file", "read_record",
     # what the command line needs besides: it reaches the machinery only through this module
-    "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult", "DemoResult",
-    "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
+    "DEFAULT_MAX_CELLS", "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult",
+    "DemoResult", "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
     "demo_workers",
     "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
     "open_workbook", "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class",
@@ -146,11 +151,12 @@ def build(kind: str, path: str | Path | None = None, *,
           inputs: dict[str, Any] | None = None, seed: int = 0,
           tokens: list[str] | str | None = None, layout: str = "cells", lang: str = "en",
           exercise: str | ExerciseSpec | None = None, force: bool = False,
-          **sizes: Any) -> Book:
+          max_cells: int = DEFAULT_MAX_CELLS, **sizes: Any) -> Book:
     """A workbook of `kind`. Sizes are the kind's parameters (seq_len=…, d_k=…); sizes not
     given come from the inputs given, the tokens, then the defaults. Inputs not given are
     drawn from `seed`. With `path` the workbook is saved (atomically; replacing a file only
-    with `force`)."""
+    with `force`). A sheet beyond Excel's grid or of more than `max_cells` cells, and
+    inputs whose results overflow, are refused before anything is built."""
     kind_class = get_kind(kind)
     if layout not in LAYOUTS:
         raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -159,8 +165,10 @@ def build(kind: str, path: str | Path | None = None, *,
     params = resolve_params(kind_class, sizes, given, labels_given)
     if isinstance(exercise, str):
         exercise = make_spec(exercise, None, True)
-    complete = complete_inputs(kind_class, params, given, seed)
     labels = kind_class.labels(params, labels_given)
+    check_fits(kind_class, params, labels, exercise, max_cells)
+    complete = complete_inputs(kind_class, params, given, seed)
+    check_results_finite(kind_class, params, complete)
     workbook = build_workbook(kind_class, params, complete, labels, layout, lang=lang,
                               exercise=exercise)
     spec = BookSpec(kind_class.name, dataclasses.asdict(params), layout, labels, lang, exercise)

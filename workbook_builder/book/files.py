@@ -33,6 +33,13 @@ from workbook_builder.engines.thirdparty import load_workbook, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
+from workbook_builder.sheet.limits import (
+    DEFAULT_MAX_CELLS,
+    MAX_WORKBOOK_BYTES,
+    check_fits,
+    check_grid,
+    check_results_finite,
+)
 from workbook_builder.sheet.refs import parse_range
 
 
@@ -72,12 +79,15 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
 def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
                    given: dict[str, np.ndarray] | None = None, tokens: list[str] | None = None,
                    layout: str = "cells", force: bool = False, lang: str = "en",
-                   exercise=None) -> BuiltBook:
+                   exercise=None, max_cells: int = DEFAULT_MAX_CELLS) -> BuiltBook:
     """Build and save atomically; the evaluation that stores the cached values is the only
-    one, and its values come back for whoever checks the file next."""
+    one, and its values come back for whoever checks the file next. Limits are checked
+    before any work (`check_fits`, `check_results_finite`)."""
     check_writable(path, force)
-    inputs = complete_inputs(kind, params, given or {}, seed)
     labels = kind.labels(params, tokens)
+    check_fits(kind, params, labels, exercise, max_cells)
+    inputs = complete_inputs(kind, params, given or {}, seed)
+    check_results_finite(kind, params, inputs)
     wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise)
     values = save_atomic(wb, path, force=force)
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, labels, lang, exercise)
@@ -105,10 +115,27 @@ def open_workbook(path: Path, data_only: bool = False) -> Workbook:
         raise UserError(f"{path} is a folder, not a workbook")
     if not zipfile.is_zipfile(path):
         raise UserError(f"{path} is not an .xlsx workbook")
+    check_size(path)
     try:
-        return load_workbook(path, data_only=data_only)
+        wb = load_workbook(path, data_only=data_only)
     except Exception as exc:  # openpyxl raises many types on damaged files
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
+    check_grid(wb, path)
+    return wb
+
+
+def check_size(path: Path) -> None:
+    """Refuse, before reading it, a workbook whose parts unpack to more than
+    MAX_WORKBOOK_BYTES (a zip's directory states each part's size)."""
+    try:
+        with zipfile.ZipFile(path) as book:
+            unpacked = sum(info.file_size for info in book.infolist())
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
+    if unpacked > MAX_WORKBOOK_BYTES:
+        raise UserError(f"{path} unpacks to {unpacked / 2**20:,.0f} MB, more than the "
+                        f"{MAX_WORKBOOK_BYTES // 2**20} MB attnsheets reads; it is not a "
+                        f"workbook attnsheets wrote")
 
 
 def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
@@ -121,6 +148,16 @@ def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
         raise UserError(f"{path} already exists; pass --force to replace it")
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OS error while writing `path` (through a temporary file beside it) names `path`,
+    not the temporary file."""
+    try:
+        yield
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+
+
 def save_atomic(wb: Workbook, path: Path, with_values: bool = True,
                 force: bool = False) -> CellValues | None:
     """Write beside the target and move it into place, so a failure never leaves a partial
@@ -129,7 +166,7 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True,
     computes from the workbook's own formulas, for previews and `data_only` readers; those
     values are returned."""
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
-    with temp_beside(path, ".attnsheets-", ".xlsx") as saved, \
+    with writing(path), temp_beside(path, ".attnsheets-", ".xlsx") as saved, \
             temp_beside(path, ".attnsheets-", ".xlsx") as stored:
         wb.save(saved)
         values = None
@@ -149,7 +186,8 @@ def export_pdf(path: Path, output: Path, force: bool = False, lang: str = "en") 
     if lang == "zh" and not has_chinese_font():
         raise UserError(f"no Chinese font is installed, so the handout would print boxes "
                         f"({CJK_FONT_HINT})")
-    with tempfile.TemporaryDirectory(prefix=".attnsheets-pdf-", dir=output.parent) as outdir:
+    with writing(output), \
+            tempfile.TemporaryDirectory(prefix=".attnsheets-pdf-", dir=output.parent) as outdir:
         pdf = convert(path, "pdf", Path(outdir))
         move_into_place(pdf, output, force)
 
@@ -213,7 +251,7 @@ def csv_text(value: Any) -> Any:
 
 def write_csv(path: Path, header: list[str], rows: list[list], force: bool) -> None:
     """A CSV file written atomically, every cell through `csv_text`."""
-    with temp_beside(path, ".attnsheets-", ".csv") as tmp:
+    with writing(path), temp_beside(path, ".attnsheets-", ".csv") as tmp:
         with tmp.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow([csv_text(h) for h in header])

@@ -1,5 +1,6 @@
 """User-given input blocks: a JSON file of name -> nested lists, or NAME=file.csv."""
 
+import csv
 import json
 from pathlib import Path
 
@@ -37,15 +38,37 @@ def _read_json(path: Path) -> dict[str, np.ndarray]:
 
 
 def _read_csv(path: Path) -> np.ndarray:
-    import pandas as pd
-
+    """A headerless CSV of numbers, every row as long as the first."""
     try:
-        frame = pd.read_csv(path, header=None)
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            rows = [row for row in csv.reader(handle) if row]
     except FileNotFoundError:
         raise UserError(f"{path}: no such CSV file") from None
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UserError(f"{path}: not a readable CSV file ({exc})") from None
-    return _matrix(frame.values.tolist(), f"{path}")
+    if not rows:
+        raise UserError(f"{path}: the CSV file holds no rows")
+    for number, row in enumerate(rows, start=1):
+        if len(row) != len(rows[0]):
+            raise UserError(f"{path}: the CSV is ragged: row {number} has {len(row)} "
+                            f"value(s), row 1 has {len(rows[0])}")
+    matrix = []
+    for i, row in enumerate(rows, start=1):
+        try:
+            matrix.append([float(x) for x in row])
+        except ValueError:
+            j, text = next((j, x) for j, x in enumerate(row, start=1) if not _is_float(x))
+            raise UserError(f"{path}: row {i}, column {j} holds {text.strip()!r}, not a "
+                            f"number") from None
+    return _matrix(matrix, f"{path}")
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _matrix(value, what: str) -> np.ndarray:

@@ -23,6 +23,7 @@ from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_ex
 from workbook_builder.teaching.i18n import catalog_for, translate_sheets
 
 ABOUT = "About"
+ABOUT_ROWS = 50  # the About table is read from these rows only (it fills about a dozen)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ def read_spec(wb: Workbook, path: Path) -> BookSpec:
         raise UserError(f"{path} is not an attnsheets workbook (it has no {ABOUT} sheet)")
     ws = wb[ABOUT]
     values = {}
-    cells = {(c.row, c.column): c.value for c in stored_cells(ws) if c.column <= 2}
+    cells = {(c.row, c.column): c.value for c in stored_cells(ws)
+             if c.column <= 2 and c.row <= ABOUT_ROWS}
     for (row, col), key in sorted(cells.items()):
         if col == 1 and key is not None:
             values[str(key)] = cells.get((row, 2))

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from openpyxl.workbook.workbook import Workbook
+from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.files import open_workbook
 from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
-from workbook_builder.checking.names import NamedRange, find_name
+from workbook_builder.checking.names import NamedRange, find_block, find_name
 from workbook_builder.engines.formulas_engine import CellValues, evaluate_with_formulas
 from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
 from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
@@ -29,8 +30,10 @@ from workbook_builder.engines.libreoffice import (
     require_installed,
     soffice_path,
 )
+from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
+from workbook_builder.sheet.refs import parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
@@ -131,10 +134,7 @@ def read_inputs(wb: Workbook, kind, params, path: Path,
     Text, blanks and error values are refused with the cell's address."""
     inputs = {}
     for name, shape in kind.input_shapes(params).items():
-        where = find_name(wb, name, path)
-        if where.shape != shape:
-            raise UserError(f"{path}: input {name} spans {where.shape[0]}×{where.shape[1]} "
-                            f"cells but the recorded parameters need {shape[0]}×{shape[1]}")
+        where = find_block(wb, name, path, shape)
         ws = wb[where.sheet]
         block = np.empty(shape)
         for i in range(shape[0]):
@@ -158,12 +158,14 @@ def _input_number(value: Any, name: str, address: str, path: Path) -> float:
     return float(value)
 
 
-def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues) -> StepResult:
-    """Cell-by-cell comparison; a missing or non-numeric cell fails the step."""
+def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
+                  wb: Workbook | None = None) -> StepResult:
+    """Cell-by-cell comparison; a missing or non-numeric cell fails the step, and so does,
+    given the workbook `wb`, a cell that holds a value where the step needs a formula."""
     cells = expected.size
-    # scale by the block's ordinary numbers: a -1E+30 sentinel must not widen the tolerance
-    ordinary = np.abs(expected[np.abs(expected) < 1e29])
-    tolerance = RELATIVE_TOLERANCE * max(1.0, float(ordinary.max(initial=0.0)))
+    # relative to the block's largest value, however large (no sheet writes a sentinel
+    # into a step: masks are IFs, and a masked row max falls back on an allowed score)
+    tolerance = RELATIVE_TOLERANCE * max(1.0, float(np.abs(expected).max(initial=0.0)))
     if where.shape != expected.shape:
         return StepResult(where.name, cells, None, "", tolerance, False,
                           f"block spans {where.shape} but the reference is {expected.shape}")
@@ -183,12 +185,49 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues) -
             if error > worst:
                 worst, worst_cell = error, where.address(i, j)
     problem = bad
+    typed = [] if wb is None else typed_values(wb, where)
+    if typed:
+        problem = (f"values, not formulas: {len(typed)} of {cells} cell(s) hold a typed "
+                   f"value (first {typed[0]})" + (f"; {bad}" if bad else ""))
     if missing:
         problem = (f"{missing} cell(s) left without a value by the engine "
                    f"(a reference cycle?)" + (f"; {bad}" if bad else ""))
     passed = not problem and worst <= tolerance
     return StepResult(where.name, cells, worst if worst >= 0 else None, worst_cell, tolerance,
                       passed, problem)
+
+
+def array_members(ws, where: NamedRange) -> set[tuple[int, int]]:
+    """The cells of the block `where` that an array formula fills (only those: an array
+    formula elsewhere may span a million cells)."""
+    cells = set()
+    for cell in stored_cells(ws):
+        if isinstance(cell.value, ArrayFormula):
+            top, left, bottom, right = parse_range(cell.value.ref)
+            top, left = max(top, where.top), max(left, where.left)
+            bottom, right = min(bottom, where.bottom), min(right, where.right)
+            cells |= {(r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)}
+    return cells
+
+
+def holds_formula(cell, arrays: set[tuple[int, int]]) -> bool:
+    """A cell computed by a formula: its own, or an array formula's over it (text that
+    starts with "=" is text)."""
+    return is_formula_cell(cell) or (cell.row, cell.column) in arrays
+
+
+def typed_values(wb: Workbook, where: NamedRange) -> list[str]:
+    """The cells of a step block that hold a value, not a formula (pasted values pass no
+    check: nothing in them follows the inputs)."""
+    ws = wb[where.sheet]
+    arrays = array_members(ws, where)
+    typed = []
+    for i in range(where.shape[0]):
+        for j in range(where.shape[1]):
+            row, col = where.top + i, where.left + j
+            if not holds_formula(ws.cell(row, col), arrays):
+                typed.append(where.address(i, j))
+    return typed
 
 
 def expected_steps(kind, params, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -235,7 +274,7 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
     progress(f"comparing {len(expected)} steps of {path.name}")
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
     for name, block in expected.items():
-        report.steps.append(compare_block(places[name], block, values))
+        report.steps.append(compare_block(places[name], block, values, wb))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -258,13 +297,13 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
     for name, block in expected.items():
         if name not in exercise.steps:
-            report.steps.append(compare_block(places[name], block, values))
+            report.steps.append(compare_block(places[name], block, values, wb))
     if exercise.self_check:
         if KEY_SHEET not in wb.sheetnames:
             raise UserError(f"{path}: the hidden {KEY_SHEET} sheet of its self-checks is "
                             f"missing")
         for name, block in expected.items():
-            report.steps.append(compare_block(key_range(places[name]), block, values))
+            report.steps.append(compare_block(key_range(places[name]), block, values, wb))
         for step in exercise.steps:
             where = find_name(wb, f"CHECK_{step}", path)
             report.steps.append(compare_block(where, np.array([[expected[step].size]], float),

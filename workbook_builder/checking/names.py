@@ -32,10 +32,26 @@ def find_name(wb: Workbook, name: str, path: Path) -> NamedRange:
     if defined is None:
         raise UserError(f"{path} lacks the defined name {name}; it is not an attnsheets "
                         f"workbook of this kind, or the name was deleted")
-    destinations = list(defined.destinations)
+    try:
+        destinations = list(defined.destinations)
+    except Exception:  # openpyxl fails on an empty or unparsable name (TypeError, …)
+        destinations = []
     if len(destinations) != 1:
         raise UserError(f"{path}: defined name {name} does not point at one range")
     sheet, ref = destinations[0]
     if sheet not in wb.sheetnames:
         raise UserError(f"{path}: defined name {name} points at a missing sheet {sheet!r}")
-    return NamedRange(name, sheet, *parse_range(ref.replace("$", "")))
+    try:
+        return NamedRange(name, sheet, *parse_range(ref.replace("$", "")))
+    except ValueError:  # a whole column or row ("A:A"), or not a reference at all
+        raise UserError(f"{path}: defined name {name} does not point at one range") from None
+
+
+def find_block(wb: Workbook, name: str, path: Path, shape: tuple[int, int]) -> NamedRange:
+    """`find_name`, refusing a name that does not span `shape` cells (the recorded
+    parameters' size), before any of its cells is read."""
+    where = find_name(wb, name, path)
+    if where.shape != tuple(shape):
+        raise UserError(f"{path}: {name} spans {where.shape[0]:,}×{where.shape[1]:,} cells "
+                        f"but the recorded parameters need {shape[0]}×{shape[1]}")
+    return where

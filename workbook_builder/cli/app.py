@@ -3,9 +3,11 @@
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,8 +48,9 @@ from workbook_builder.cli.teaching import (
     exercise_from_args,
 )
 
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM, as shells do
+DEBUG_VARIABLE = "ATTNSHEETS_DEBUG"  # set to 1: an internal error prints its traceback
 
 
 class Terminated(BaseException):
@@ -163,7 +166,7 @@ def _cmd_build(args) -> int:
     book = api.build(kind.name, args.output, inputs=load_inputs(args.inputs), seed=args.seed,
                      tokens=parse_tokens(args.tokens), layout=args.layout, lang=args.lang,
                      exercise=exercise_from_args(args), force=args.force,
-                     **explicit_params(kind, args))
+                     max_cells=args.max_cells, **explicit_params(kind, args))
     print(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
           f"layout {args.layout}, {book.formula_cells} formula cells")
     return EXIT_OK
@@ -177,19 +180,29 @@ def _cmd_check(args) -> int:
             print(f"attnsheets: not installed, so not compared: {', '.join(missing)}",
                   file=sys.stderr)
     progress = Progress(args.quiet)
+    per_file, refused = [], 0
     try:
-        per_file = [[api.check(path, engine, progress=progress) for engine in engines]
-                    for path in args.files]
+        for path in args.files:  # every file is reported, whatever happened to the others
+            try:
+                per_file.append([api.check(path, engine, progress=progress)
+                                 for engine in engines])
+            except AttnsheetsError as exc:
+                progress.clear()
+                print(f"attnsheets: error: {exc}", file=sys.stderr)
+                refused += 1
     finally:
         progress.clear()
     reports = [r for group in per_file for r in group]
-    if args.json:
+    if reports and args.json:
         data = [r.to_dict() for r in reports]
-        print(json.dumps(data[0] if len(data) == 1 else data, indent=2, ensure_ascii=False))
-    elif len(engines) == 1 and args.engine != "all":
+        print(json.dumps(data[0] if len(args.files) * len(engines) == 1 else data, indent=2,
+                         ensure_ascii=False))
+    elif reports and len(engines) == 1 and args.engine != "all":
         print("\n".join(format_report(r) for r in reports))
-    else:
+    elif reports:
         print("\n".join(format_side_by_side(group) for group in per_file))
+    if refused:  # the worst outcome sets the exit code
+        return EXIT_USAGE
     return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
 
 
@@ -267,3 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print("attnsheets: terminated", file=sys.stderr)
         return EXIT_TERMINATED
+    except Exception as exc:  # a bug: one line naming it, never a traceback (unless asked)
+        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            traceback.print_exc()
+        message = " ".join(str(exc).split())
+        print(f"attnsheets: internal error: {type(exc).__name__}"
+              f"{': ' + message if message else ''} (set {DEBUG_VARIABLE}=1 for the "
+              f"traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from workbook_builder.api import (
+    DEFAULT_MAX_CELLS,
     ENGINES,
     LANGS,
     LAYOUTS,
@@ -35,6 +36,10 @@ def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool =
                         help="a filled cell is correct within ± this (default 0.001)")
     parser.add_argument("--no-self-check", dest="self_check", action="store_false",
                         help="a bare exercise: no hidden answers, no ✓/✗, no CHECK_ names")
+    parser.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, metavar="N",
+                        help=f"refuse a workbook of more than N input and formula cells "
+                             f"(default {DEFAULT_MAX_CELLS:,}; an exercise's hidden key "
+                             f"counts too)")
 
 
 def exercise_from_args(args) -> ExerciseSpec | None:
@@ -94,7 +99,7 @@ def cmd_class(args) -> bool:
     exercise = exercise_from_args(args)
     result = run_class(kind, params, args.roster, args.out, exercise, layout=args.layout,
                        lang=args.lang, tokens=tokens, class_seed=args.seed, force=args.force,
-                       id_column=args.id_column)
+                       id_column=args.id_column, max_cells=args.max_cells)
     print(f"wrote {result.students} exercise workbooks, {result.students} answer keys and "
           f"{MANIFEST} to {result.out} ({kind.name}, {kind.describe(params)}, exercise "
           f"{','.join(exercise.steps)}, {result.seconds:.1f} s)")

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from xml.sax.saxutils import escape
 
 from workbook_builder.engines.formulas_engine import CellValues
+from workbook_builder.sheet.limits import EXCEL_ROWS, extent_of
 from workbook_builder.sheet.refs import cell_ref, parse_cell, parse_range
 
 _CELL = re.compile(r'<c r="([A-Z]+\d+)"([^>]*?)(?:/>|>(.*?)</c>)', re.S)
@@ -51,11 +52,13 @@ def _typed(value) -> tuple[str, str] | None:
         return "b", "1" if value else "0"
     if isinstance(value, int | float):
         return ("n", repr(float(value))) if math.isfinite(value) else ("e", "#NUM!")
-    if isinstance(value, str):
-        return "str", escape(value)
     if value is None:
         return None
-    return "e", escape(str(value))  # the engine's error values (XlError) print as '#NUM!'
+    if type(value) is str:
+        return "str", escape(value)
+    # the engine's error values (XlError) are a subclass of str that prints as '#VALUE!':
+    # stored as an error cell, so applications and data_only readers see an error, not text
+    return "e", escape(str(value))
 
 
 def _rewrite_sheet(xml: str, sheet: str, values: CellValues) -> str:
@@ -81,6 +84,35 @@ def _rewrite_sheet(xml: str, sheet: str, values: CellValues) -> str:
                 f"<v>{text}</v></c>")
 
     return _CELL.sub(replace, xml)
+
+
+_DEFINED_NAME = re.compile(r"<definedName [^>]*>([^<]*)</definedName>")
+_ROW = re.compile(r'<row r="(\d+)"[^>]*?(?:/>|>.*?</row>)', re.S)
+_DIMENSION = re.compile(r'<dimension ref="[^"]*"/>')
+
+
+def trimmed_copy(source: Path, target: Path) -> Path:
+    """A copy of the workbook `source` without the rows below its defined names' extent
+    (`extent_of`), for a spreadsheet application to recalculate: a stray entry at
+    A1000000 of a returned file would cost LibreOffice half a gigabyte and twenty
+    seconds, and nothing read comes from there."""
+    with zipfile.ZipFile(source) as book, \
+            zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        names = [_unescape(ref) for ref in
+                 _DEFINED_NAME.findall(book.read("xl/workbook.xml").decode("utf-8"))]
+        last_row = (extent_of(names) or (EXCEL_ROWS,))[0]
+        parts = set(_sheet_parts(book).values())
+
+        def keep(match: re.Match) -> str:
+            return match.group(0) if int(match.group(1)) <= last_row else ""
+
+        for info in book.infolist():
+            data = book.read(info.filename)
+            if info.filename in parts:
+                xml = _DIMENSION.sub("", data.decode("utf-8"), count=1)
+                data = _ROW.sub(keep, xml).encode("utf-8")
+            out.writestr(info, data)
+    return target
 
 
 def store_values(source: Path, target: Path, values: CellValues) -> None:

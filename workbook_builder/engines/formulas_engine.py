@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from openpyxl.utils import column_index_from_string
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.engines.thirdparty import formulas_engine, load_workbook, stored_cells
+from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
+from workbook_builder.sheet.limits import EXCEL_COLS, EXCEL_ROWS, named_extent
 from workbook_builder.sheet.refs import cell_ref, parse_range, range_ref
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
@@ -45,9 +48,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def model_dict(wb: Workbook, book: str) -> dict[str, Any]:
+def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]:
     """The workbook as `ExcelModel.from_dict` takes it: "'[book]SHEET'!REF" -> formula text
-    or value; "'[book]'!NAME" -> "=reference" for defined names."""
+    or value; "'[book]'!NAME" -> "=reference" for defined names. `bounded` (a file a user
+    gives): only the cells within the defined names' extent, and no formula that reads a
+    range larger than that extent."""
     def key(sheet: str, ref: str) -> str:
         return f"'[{book}]{sheet.upper()}'!{ref}"
 
@@ -55,6 +60,8 @@ def model_dict(wb: Workbook, book: str) -> dict[str, Any]:
     # empty cell of the used rectangle (a million of them beside a 512×512 matrix)
     sheets = {ws.title: {(c.row, c.column): c for c in stored_cells(ws)}
               for ws in wb.worksheets}
+    if bounded:
+        sheets = _within_names(wb, sheets, book)
     entries: dict[str, Any] = {}
     array_members: set[tuple[str, int, int]] = set()  # filled by an array formula
     formula_cells: set[tuple[str, int, int]] = set()
@@ -99,10 +106,59 @@ def model_dict(wb: Workbook, book: str) -> dict[str, Any]:
     return entries
 
 
+# a range in a formula: C5:F9, $C$5:$F$9, a whole column A:B or a whole row 3:7
+_RANGE = re.compile(r"(?<![\w.$])\$?([A-Z]{1,3})\$?(\d+):\$?([A-Z]{1,3})\$?(\d+)(?![\w(])"
+                    r"|(?<![\w.$])\$?([A-Z]{1,3}):\$?([A-Z]{1,3})(?![\w(])"
+                    r"|(?<![\w.$:])\$?(\d+):\$?(\d+)(?![\w(:])")
+
+
+def _range_cells(match: re.Match) -> int:
+    """Cells a range reference of `_RANGE` covers."""
+    left, top, right, bottom, first_col, last_col, first_row, last_row = match.groups()
+    if top is not None:
+        return (abs(int(bottom) - int(top)) + 1) * \
+            (abs(column_index_from_string(right) - column_index_from_string(left)) + 1)
+    if first_col is not None:
+        return EXCEL_ROWS * (abs(column_index_from_string(last_col) -
+                                 column_index_from_string(first_col)) + 1)
+    return EXCEL_COLS * (abs(int(last_row) - int(first_row)) + 1)
+
+
+def _within_names(wb: Workbook, sheets: dict, book: str) -> dict:
+    """The stored cells of each sheet within the defined names' extent; a formula there
+    that reads more cells than the extent holds (a whole column, a million rows) is
+    refused in one line rather than evaluated."""
+    extent = named_extent(wb)
+    if extent is None:  # no named block: not a workbook of ours, nothing to bound it by
+        return sheets
+    rows, cols = extent
+    most = rows * cols
+    bounded = {}
+    for title, cells in sheets.items():
+        bounded[title] = kept = {rc: cell for rc, cell in cells.items()
+                                 if rc[0] <= rows and rc[1] <= cols}
+        for cell in kept.values():
+            value = cell.value
+            text = value.text if isinstance(value, ArrayFormula) else value
+            if not is_formula_cell(cell) or not isinstance(text, str):
+                continue
+            refs = [value.ref] if isinstance(value, ArrayFormula) and value.ref else []
+            sizes = [(m.group(0), _range_cells(m)) for m in _RANGE.finditer(text.upper())]
+            sizes += [(ref, _range_cells(_RANGE.match(ref))) for ref in refs
+                      if _RANGE.match(ref)]
+            for ref, size in sizes:
+                if size > most:
+                    raise UserError(f"{book}: {title}!{cell.coordinate} reads {ref} "
+                                    f"({size:,} cells), more than the {rows:,}×{cols:,} "
+                                    f"cells the workbook's named blocks span")
+    return bounded
+
+
 def evaluate_with_formulas(path: Path, wb: Workbook | None = None) -> CellValues:
     """Every formula cell's value (and the constants the engine read, except input blocks).
-    `wb` is the workbook already loaded from `path`, if the caller has it."""
-    return FormulasModel(path if wb is None else wb, Path(path).name).evaluate()
+    `wb` is the workbook already loaded from `path`, if the caller has it. Only the part of
+    each sheet the defined names cover is read (`model_dict`, bounded)."""
+    return FormulasModel(path if wb is None else wb, Path(path).name, bounded=True).evaluate()
 
 
 class FormulasModel:
@@ -111,12 +167,13 @@ class FormulasModel:
     workbooks that share one formula structure (a class of students, a re-check with new
     inputs) are parsed once."""
 
-    def __init__(self, source: Path | Workbook, book: str | None = None):
+    def __init__(self, source: Path | Workbook, book: str | None = None,
+                 bounded: bool = False):
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
         else:
             wb, self._book = load_workbook(source), Path(source).name
-        entries = model_dict(wb, self._book)
+        entries = model_dict(wb, self._book, bounded)
         # input blocks: one range node each; read back from the file, not from the engine
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
         with _quiet_numpy():

@@ -13,6 +13,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from workbook_builder.engines.cached_values import trimmed_copy
 from workbook_builder.engines.formulas_engine import CellValues
 from workbook_builder.engines.libreoffice import read_values, require_installed, run_program
 from workbook_builder.errors import UserError
@@ -59,4 +60,5 @@ def recalculate_many(paths: list[Path], outdir: Path) -> list[Path]:
 def evaluate_with_gnumeric(path: Path, wb=None) -> CellValues:  # noqa: ARG001 (Engine)
     """Every cell value after Gnumeric recalculated the workbook."""
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
-        return read_values(recalculate(Path(path), Path(outdir) / "recalculated.xlsx"))
+        trimmed = trimmed_copy(Path(path), Path(outdir) / "trimmed.xlsx")
+        return read_values(recalculate(trimmed, Path(outdir) / "recalculated.xlsx"))

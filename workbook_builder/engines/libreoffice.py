@@ -12,9 +12,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from workbook_builder.engines.cached_values import trimmed_copy
 from workbook_builder.engines.formulas_engine import CellValues
-from workbook_builder.engines.thirdparty import load_workbook, stored_cells
+from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.limits import named_extent
 
 INSTALL_HINT = "apt-get install libreoffice-calc-nogui"
 TIMEOUT_S = 600
@@ -90,16 +92,28 @@ def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Pa
 
 
 def read_values(path: Path) -> CellValues:
-    """The values a spreadsheet application saved in the file."""
-    wb = load_workbook(path, data_only=True)
-    return {(ws.title.upper(), cell.row, cell.column): cell.value
-            for ws in wb.worksheets for cell in stored_cells(ws) if cell.value is not None}
+    """The values a spreadsheet application saved in the file, within the part of each
+    sheet its defined names cover (`named_extent`): read as a stream, row by row, so a
+    stray cell far down a sheet costs nothing."""
+    wb = load_workbook(path, data_only=True, read_only=True)
+    try:
+        rows, cols = named_extent(wb) or (None, None)  # None: the sheets' own extent
+        return {(ws.title.upper(), r, c): value for ws in wb.worksheets
+                for r, row in enumerate(ws.iter_rows(max_row=rows, max_col=cols,
+                                                     values_only=True), start=1)
+                for c, value in enumerate(row, start=1) if value is not None}
+    finally:
+        wb.close()
 
 
 def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:  # noqa: ARG001 (Engine)
-    """Every cell value after LibreOffice recalculated the workbook."""
+    """Every cell value after LibreOffice recalculated the workbook (the part its defined
+    names cover: `trimmed_copy`)."""
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
-        return read_values(convert(path, "xlsx", Path(outdir)))
+        inside = Path(outdir) / "trimmed"  # apart from LibreOffice's output, of the same name
+        inside.mkdir()
+        trimmed = trimmed_copy(Path(path), inside / Path(path).name)
+        return read_values(convert(trimmed, "xlsx", Path(outdir)))
 
 
 CJK_FONT_HINT = "apt-get install fonts-noto-cjk"

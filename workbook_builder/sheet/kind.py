@@ -7,8 +7,10 @@ input shapes, the ordered step list, random inputs and the layout all follow fro
 """
 
 import dataclasses
+import numbers
+import types
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,8 +49,10 @@ class Kind:
 
     # -- the declaration -------------------------------------------------------------------
     @classmethod
-    def sections(cls, p) -> list[Section]:
-        """The sheet, top to bottom; step names equal the reference's keys."""
+    def sections(cls, p) -> Iterable[Section]:
+        """The sheet, top to bottom; step names equal the reference's keys. A list, or a
+        generator where the sheet repeats a section many times (`check_fits` then stops
+        declaring at the first block beyond a limit)."""
         raise NotImplementedError
 
     @classmethod
@@ -152,7 +156,7 @@ class Kind:
         """Write every declared section."""
         sheet.params = params
         sheet.label_sets = cls.label_sets(params, labels)
-        sections = cls.sections(params)
+        sections = list(cls.sections(params))  # a kind may declare them lazily
         declared = {i.name for i in cls.inputs if i.present(params)}
         placed = {item.name for sec in sections for band in sec.bands for item in band
                   if isinstance(item, Input)}
@@ -168,12 +172,38 @@ def make_params(kind: type[Kind], values: Mapping[str, Any]):
     unknown = sorted(set(values) - names)
     if unknown:
         raise UserError(f"kind {kind.name} has no parameter {unknown[0]!r}")
+    values = {f.name: _typed(kind, f, values[f.name]) for f in dataclasses.fields(kind.Params)
+              if f.name in values}
     try:
         params = kind.Params(**values)
     except TypeError as exc:
         raise UserError(f"bad parameters for {kind.name}: {exc}") from None
     kind.validate(params)
     return params
+
+
+_TYPE_WORDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+
+
+def _typed(kind: type[Kind], f: dataclasses.Field, value: Any) -> Any:
+    """A parameter of its declared type (a size 4.0 or "4", as a hand-edited About sheet
+    may hold, is refused rather than half-used; a NumPy integer becomes an int)."""
+    allowed = f.type.__args__ if isinstance(f.type, types.UnionType) else (f.type,)
+    allowed = tuple(t for t in allowed if t is not type(None))
+    if value is None and len(allowed) < len(getattr(f.type, "__args__", (f.type,))):
+        return value
+    if any(t not in _TYPE_WORDS for t in allowed):  # a type declared otherwise: the kind's
+        return value
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if int in allowed and number and isinstance(value, numbers.Integral):
+        return int(value)
+    if float in allowed and number:
+        return float(value)
+    if any(type(value) is t for t in allowed):
+        return value
+    wanted = " or ".join(_TYPE_WORDS[t] for t in allowed)
+    raise UserError(f"bad parameters for {kind.name}: {f.name} must be {wanted}, got "
+                    f"{value!r}")
 
 
 def seeded_rng(seed: int, input_name: str) -> np.random.Generator:
@@ -184,6 +214,8 @@ def seeded_rng(seed: int, input_name: str) -> np.random.Generator:
 def complete_inputs(kind: type[Kind], params, given: Mapping[str, np.ndarray],
                     seed: int) -> dict[str, np.ndarray]:
     """Check the shapes of user-given inputs and draw the missing ones from the seed."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise UserError(f"--seed must be a whole number, 0 or more; got {seed}")
     shapes = kind.input_shapes(params)
     unknown = sorted(set(given) - set(shapes))
     if unknown:

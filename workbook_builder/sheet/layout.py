@@ -12,6 +12,7 @@ takes a rectangle of cells there and reads its series from blocks already placed
 """
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import SimpleNamespace
 
 import numpy as np
 from openpyxl.chart import LineChart, ScatterChart
@@ -105,7 +106,7 @@ class SheetWriter:
                 self._band = [self.row, self.margin, self.row]
                 for item in band:
                     if isinstance(item, Input):
-                        self._input(item, inputs[item.name])
+                        self._input(item, inputs.get(item.name))
                     elif isinstance(item, Step):
                         self._step(item)
                     elif isinstance(item, Chart):
@@ -187,22 +188,26 @@ class SheetWriter:
                                getattr(step.formula, "cols", None), step.formula))
         return block
 
+    def _slot(self, cols: int, rows: int) -> tuple[int, int]:
+        """The top-left cell of the band's next `rows` × `cols` slot (a table, a chart),
+        with one empty column after it."""
+        top, left = self._band[0], self._band[1]
+        self._band[1] = left + cols + 1
+        self._band[2] = max(self._band[2], top + rows - 1)
+        return top, left
+
     def _table(self, table: Table) -> None:
         """Label/value lines in the band's next slot, value three columns right."""
-        top, left = self._band[0], self._band[1]
+        top, left = self._slot(4, len(table.rows))
         for i, (label, value) in enumerate(table.rows):
             write_text(self.ws, top + i, left, text_of(label, self.params))
             write_text(self.ws, top + i, left + 3, text_of(value, self.params))
-        self._band[1] = left + 5
-        self._band[2] = max(self._band[2], top + len(table.rows) - 1)
 
     def _chart(self, chart: Chart) -> None:
         """The chart's title in the band's next slot and the chart below it, every series
         a reference to the live cells of a placed block. An exercise's hidden key keeps the
         slot empty (nobody sees it; its blocks stay where the visible sheet has them)."""
-        top, left = self._band[0], self._band[1]
-        self._band[1] = left + chart.cols + 1
-        self._band[2] = max(self._band[2], top + chart.rows)
+        top, left = self._slot(chart.cols, chart.rows + 1)
         if not self.name_blocks:
             return
         write_text(self.ws, top, left, text_of(chart.title, self.params)).font = NAME_FONT
@@ -308,3 +313,68 @@ def _paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = 
 def _plain(x: float) -> float | int:
     """Write whole numbers as integers so the sheet shows 1, not 1.0."""
     return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
+
+
+class PlanBeyond(Exception):
+    """A planned block crosses a limit; raised at the first such block, before the rest of
+    the sheet is even declared (a sheet far too large is refused at once)."""
+
+    def __init__(self, block: Block, plan: "SheetPlan"):
+        super().__init__(block.name)
+        self.block, self.plan = block, plan
+
+
+class SheetPlan(SheetWriter):
+    """The writer's placement without its cells: where every block of the sections would
+    go, so a sheet's extent is known before anything is built. With limits, it stops at the
+    first block that ends below `max_rows`, right of `max_cols` or past `max_cells` data
+    cells (PlanBeyond)."""
+
+    def __init__(self, params=None, label_sets: Mapping[str, Sequence] | None = None,
+                 max_rows: int | None = None, max_cols: int | None = None,
+                 max_cells: int | None = None):
+        super().__init__(SimpleNamespace(title="planned"), "cells", params, label_sets)
+        self.bottom, self.right = 3, 1  # the title's three lines
+        self.cells = 0  # data cells of every block
+        self.limits = (max_rows, max_cols, max_cells)
+
+    def title(self, text: str, subtitle: str = "") -> None:
+        pass
+
+    def text(self, text: str, bold: bool = False) -> None:
+        self._grow(self.row, self.margin)
+        self.row += 1
+
+    def _input(self, item: Input, values) -> Block:
+        return self._reserve(item.name, size_of(item.rows, self.params),
+                             size_of(item.cols, self.params))
+
+    def _step(self, step: Step) -> Block:
+        env = Env(self.blocks, self.labels, self.params, vectors=self.vectors)
+        return self._reserve(step.name, *step.formula.shape(env))
+
+    def _table(self, table: Table) -> None:
+        top, left = self._slot(4, len(table.rows))
+        self._grow(top + len(table.rows) - 1, left + 3)
+
+    def _chart(self, chart: Chart) -> None:
+        top, left = self._slot(chart.cols, chart.rows + 1)
+        self._grow(top + chart.rows, left + chart.cols - 1)
+
+    def _reserve(self, name: str, rows: int, cols: int) -> Block:
+        block = self._place(name, rows, cols)
+        self.blocks[name] = block
+        self.cells += rows * cols
+        self._grow(block.bottom, block.right)
+        max_rows, max_cols, max_cells = self.limits
+        if (max_rows is not None and block.bottom > max_rows) or \
+                (max_cols is not None and block.right > max_cols) or \
+                (max_cells is not None and self.cells > max_cells):
+            raise PlanBeyond(block, self)
+        return block
+
+    def _grow(self, row: int, col: int) -> None:
+        self.bottom, self.right = max(self.bottom, row), max(self.right, col)
+
+    def finish(self) -> None:
+        pass

@@ -31,6 +31,7 @@ from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.kind import Kind, complete_inputs
+from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, check_fits
 from workbook_builder.sheet.refs import parse_cell, parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
 from workbook_builder.teaching.record import RECORD, student_record, write_record
@@ -203,14 +204,16 @@ class ClassResult:
 def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: ExerciseSpec,
               layout: str = "cells", lang: str = "en", tokens: list[str] | None = None,
               class_seed: int = 0, force: bool = False,
-              id_column: str | None = None) -> "ClassResult":
+              id_column: str | None = None,
+              max_cells: int = DEFAULT_MAX_CELLS) -> "ClassResult":
     """Write every student's exercise and key, and the manifests, verifying each. All is
     written into a staging folder beside `out` and moved into place at the end: a class
     that fails or is interrupted leaves nothing behind."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
-    validate_steps(kind, params, exercise)
     labels = kind.labels(params, tokens)
+    check_fits(kind, params, labels, exercise, max_cells)
+    validate_steps(kind, params, exercise)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
     plan = [(s, f"{kind.name}_{s.stem}.xlsx", f"{kind.name}_{s.stem}_key.xlsx")

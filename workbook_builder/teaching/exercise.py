@@ -22,7 +22,7 @@ from openpyxl.styles import Border, Font, PatternFill, Side
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.checking.names import NamedRange, find_name
+from workbook_builder.checking.names import NamedRange, find_block
 from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
@@ -164,7 +164,7 @@ def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict) ->
     """A copy of the exercise with the right answers typed into the exercise cells."""
     wb = load_workbook(path)
     for step in spec.steps:
-        where = find_name(wb, step, path)
+        where = find_block(wb, step, path, expected[step].shape)
         ws = wb[where.sheet]
         for i in range(where.shape[0]):
             for j in range(where.shape[1]):

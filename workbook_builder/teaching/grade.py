@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.files import check_writable, open_workbook, write_csv
 from workbook_builder.book.workbook import read_spec, spec_kind_params
-from workbook_builder.checking.check import ENGINES, read_inputs, require_engine
-from workbook_builder.checking.names import find_name
+from workbook_builder.checking.check import (
+    ENGINES,
+    array_members,
+    holds_formula,
+    read_inputs,
+    require_engine,
+)
+from workbook_builder.checking.names import find_block
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.cells import is_formula_cell
-from workbook_builder.sheet.refs import parse_range
 from workbook_builder.teaching.record import (
     StudentRecord,
     by_digest,
@@ -132,19 +135,16 @@ class _Returned:
 
     def score(self, step: str, answer: np.ndarray, tolerance: float) -> tuple[int, int]:
         """(cells within `tolerance` of `answer`, cells) of the block named `step`."""
-        where = find_name(self.wb, step, self.path)
-        if where.shape != answer.shape:
-            raise UserError(f"{self.path}: step {step} spans {where.shape[0]}×"
-                            f"{where.shape[1]} cells, not {answer.shape[0]}×{answer.shape[1]}")
+        where = find_block(self.wb, step, self.path, answer.shape)
         ws = self.wb[where.sheet]
-        in_array = _array_members(ws)
+        in_array = array_members(ws, where)
         correct = 0
         for i in range(where.shape[0]):
             for j in range(where.shape[1]):
                 row, col = where.top + i, where.left + j
                 cell = ws.cell(row, col)
-                formula = is_formula_cell(cell) or (row, col) in in_array
-                got = self.value_of(where.sheet, row, col) if formula else cell.value
+                got = self.value_of(where.sheet, row, col) if holds_formula(cell, in_array) \
+                    else cell.value
                 correct += _is_correct(got, answer[i, j], tolerance)
         return correct, answer.size
 
@@ -254,15 +254,6 @@ class _Fallback(dict):
     def get(self, key, default=None):
         value = super().get(key)
         return self._evaluated().get(key, default) if value is None else value
-
-
-def _array_members(ws) -> set[tuple[int, int]]:
-    cells = set()
-    for cell in stored_cells(ws):
-        if isinstance(cell.value, ArrayFormula):
-            top, left, bottom, right = parse_range(cell.value.ref)
-            cells |= {(r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)}
-    return cells
 
 
 def _is_correct(got: Any, want: float, tolerance: float) -> bool:

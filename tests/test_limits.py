@@ -1,0 +1,305 @@
+"""Limits stated and enforced before any work: Excel's grid, --max-cells, label length,
+overflowing inputs, the size of a file read, and readers bounded by the defined names (a
+stray cell far down a returned file costs nothing). Big-file cases measure the peak memory
+of a new process."""
+
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import openpyxl
+import pytest
+from openpyxl.worksheet.formula import ArrayFormula
+
+from tests.conftest import (
+    ATTENTION,
+    KINDS,
+    build,
+    cli,
+    exercise_book,
+    fill,
+    one_line_error,
+    requires_libreoffice,
+)
+from workbook_builder.checking.names import find_name
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.teaching.exercise import ExerciseSpec
+
+# peak resident memory of one command, measured in a process of its own: the bound is far
+# above a small workbook's (~60–90 MB) and far below what reading a million rows costs
+MEMORY_BOUND_MB = 400
+OVERSIZED_BUILD_BOUND_MB = 200
+
+
+def peak_memory(*args) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the CLI in a child of a fresh Python and return it with the child's peak
+    resident memory in MB (ru_maxrss of the waited-for children, in KB on Linux)."""
+    probe = ("import resource, subprocess, sys; "
+             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "sys.stdout.write(done.stdout); sys.stderr.write(done.stderr); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+             "sys.exit(done.returncode)")
+    done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m",
+                           "workbook_builder", *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+    *stderr, peak_kb = done.stderr.strip().splitlines()
+    done.stderr = "\n".join(stderr) + ("\n" if stderr else "")
+    return done, int(peak_kb) / 1024
+
+
+# -- the grid, cells and labels, refused before any work --------------------------------------
+
+@pytest.mark.parametrize("args, flag", [
+    (["--seq-len", "100000"], "--seq-len"),
+    (["--seq-len", "2", "--d-model", "17000", "--d-k", "1"], "--d-model"),
+    (["--d-k", "5500"], "--d-k"),
+])
+def test_a_sheet_beyond_excels_grid_is_refused_at_once(tmp_path, args, flag):
+    out = tmp_path / "big.xlsx"
+    done, peak_mb = peak_memory("build", "attention", "-o", out, *args)
+    print(f"build attention {' '.join(args)}: {peak_mb:.0f} MB")
+    line = one_line_error(done)
+    assert "16,384" in line and f"lower {flag}" in line, line
+    assert peak_mb < OVERSIZED_BUILD_BOUND_MB
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_max_cells_is_a_stated_default_and_a_flag(tmp_path):
+    out = tmp_path / "a.xlsx"
+    line = one_line_error(cli("build", "attention", "-o", out, "--max-cells", "20"))
+    assert "--max-cells 20 " in line and "raise --max-cells" in line
+    # an exercise's hidden key repeats every block: 700² × 5 square blocks, twice
+    line = one_line_error(cli("build", "attention", "-o", out, "--seq-len", "700",
+                              "--exercise", "WEIGHTS"))
+    assert "2,000,000" in line and "hidden key" in line and "lower --seq-len" in line
+    assert one_line_error(cli("build", "attention", "-o", out, "--max-cells", "0"))
+    assert not out.exists()
+    assert cli("build", "attention", "-o", out, "--max-cells", "200").returncode == 0
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_the_planned_extent_is_the_built_sheets(tmp_path, name):
+    """The plan places every block where the writer puts it: the same data cells, and the
+    sheet's last row and column (an exercise's marks and self-check table included)."""
+    from workbook_builder.sheet.limits import plan_extent
+
+    kind = KINDS[name]
+    values = kind.test_cases[0]
+    params = make_params(kind, values)
+    step = kind.step_names(params)[-1]
+    path, _ = exercise_book(tmp_path, name, values, [step])
+    wb = openpyxl.load_workbook(path)
+    ws = wb[kind.sheet_title]
+    named = [find_name(wb, n, path) for n in wb.defined_names if not n.startswith("CHECK_")]
+    extent = plan_extent(kind, params, kind.labels(params, None),
+                         ExerciseSpec((step,)))
+    assert extent.cells == 2 * sum(w.shape[0] * w.shape[1] for w in named)
+    assert (extent.rows, extent.cols) == (ws.max_row, ws.max_column)
+
+
+def test_labels_are_bounded(tmp_path):
+    out = tmp_path / "a.xlsx"
+    line = one_line_error(cli("build", "attention", "-o", out, "--tokens",
+                              "a," + "x" * 256 + ",c,d"))
+    assert "token 2 has 256 characters" in line and "255" in line
+    # each within 255, together beyond one cell of the About sheet
+    many = ",".join(f"{i:03d}" + "y" * 196 for i in range(170))
+    line = one_line_error(cli("build", "attention", "-o", out, "--tokens", many))
+    assert "32,767" in line
+    assert not out.exists()
+    assert cli("build", "attention", "-o", out, "--tokens", "a," + "x" * 255 + ",c,d"
+               ).returncode == 0
+    assert cli("check", out).returncode == 0
+
+
+def test_inputs_whose_results_overflow_are_refused_naming_the_step(tmp_path):
+    inputs = tmp_path / "in.json"
+    inputs.write_text(json.dumps({"X": [[1e200, 1], [1, 1]]}))
+    out = tmp_path / "a.xlsx"
+    line = one_line_error(cli("build", "attention", "-o", out, "--inputs", inputs))
+    assert "overflow" in line and "step SCORES" in line, line
+    assert not out.exists()
+
+
+def test_results_of_any_size_check_as_well_as_ordinary_ones(tmp_path):
+    """Inputs ×1e15 give scores near 1e60: the tolerance scales with them."""
+    inputs = tmp_path / "in.json"
+    big = [[1e15, -2e15], [3e15, 1e15], [-1e15, 2e15]]
+    eye = [[1e15, 0], [0, 1e15]]
+    inputs.write_text(json.dumps({"X": big, "W_Q": eye, "W_K": eye, "W_V": eye}))
+    out = tmp_path / "a.xlsx"
+    assert cli("build", "attention", "-o", out, "--inputs", inputs).returncode == 0
+    ran = cli("check", out, "--json")
+    steps = {s["name"]: s for s in json.loads(ran.stdout)["steps"]}
+    assert steps["SCORES"]["passed"] and steps["ROW_MAX"]["passed"], steps["SCORES"]
+    assert ran.returncode == 0
+
+
+def test_a_masked_row_max_has_no_sentinel_to_lose_to(tmp_path):
+    """Sliding-window scores all below −1e30: a −1E+30 fill value would win the row max
+    and the softmax would overflow; the row's own score cannot."""
+    inputs = tmp_path / "in.json"
+    x = [[1e10, 1e10], [2e10, 1e10], [1e10, 3e10], [2e10, 2e10]]
+    inputs.write_text(json.dumps({"X": x, "W_Q": [[1e11, 0], [0, 1e11]],
+                                  "W_K": [[-1e11, 0], [0, -1e11]]}))
+    out = tmp_path / "sw.xlsx"
+    built = cli("build", "sliding-window", "-o", out, "--inputs", inputs, "--window", "1")
+    assert built.returncode == 0, built.stderr
+    ran = cli("check", out)
+    assert ran.returncode == 0, ran.stdout
+
+
+# -- files read: size, grid, and only the part the names cover -----------------------------
+
+def returned_exercise(tmp_path) -> Path:
+    """An attention exercise answered right with formulas, saved by a script (no cached
+    values, so grade evaluates it), plus one stray cell far down the sheet."""
+    steps = ["WEIGHTS", "OUTPUT"]
+    path, answers = exercise_book(tmp_path, "attention", ATTENTION, steps)
+    return fill(path, answers, steps, tmp_path / "student.xlsx",
+                lambda s, i, j, v: f"={v!r}*1")
+
+
+def with_stray(source: Path, target: Path, cell: str, value) -> Path:
+    wb = openpyxl.load_workbook(source)
+    wb["Attention"][cell] = value
+    wb.save(target)
+    return target
+
+
+@pytest.mark.parametrize("stray", [
+    "x",                                   # a typed entry
+    "=SUM(A1:A999999)",                    # a formula reading a million cells
+    "array",                               # an array formula over a million cells
+])
+def test_a_stray_cell_far_down_a_returned_exercise_costs_nothing(tmp_path, stray):
+    student = returned_exercise(tmp_path)
+    target = tmp_path / "stray.xlsx"
+    if stray == "array":
+        wb = openpyxl.load_workbook(student)
+        wb["Attention"]["A1000"] = ArrayFormula("A1000:A1000000", "=1")
+        wb.save(target)
+    else:
+        with_stray(student, target, "A1000000", stray)
+    assert target.stat().st_size < 40_000
+    graded, grade_mb = peak_memory("grade", target)
+    checked, check_mb = peak_memory("check", target)
+    print(f"stray {stray!r}: grade {grade_mb:.0f} MB, check {check_mb:.0f} MB")
+    assert graded.returncode == 0 and "15/15" in graded.stdout, graded.stdout + graded.stderr
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert grade_mb < MEMORY_BOUND_MB and check_mb < MEMORY_BOUND_MB
+
+
+def test_a_formula_reading_a_whole_column_is_refused_in_one_line(tmp_path):
+    path = build(tmp_path, "attention", ATTENTION)
+    wb = openpyxl.load_workbook(path)
+    where = find_name(wb, "SCORES", path)
+    wb[where.sheet].cell(where.top, where.left).value = "=SUM(A:A)"
+    wb.save(tmp_path / "col.xlsx")
+    line = one_line_error(cli("check", tmp_path / "col.xlsx"))
+    assert "reads A:A (1,048,576 cells)" in line
+
+
+def test_a_file_that_unpacks_beyond_the_cap_is_refused_before_reading(tmp_path):
+    path = build(tmp_path, "attention", ATTENTION)
+    padded = tmp_path / "padded.xlsx"
+    with zipfile.ZipFile(path) as book, zipfile.ZipFile(padded, "w",
+                                                        zipfile.ZIP_DEFLATED) as out:
+        for info in book.infolist():
+            out.writestr(info, book.read(info.filename))
+        with out.open("xl/media/padding.bin", "w") as part:
+            block = b"\0" * 2**20
+            for _ in range(201):
+                part.write(block)
+    done, peak_mb = peak_memory("check", padded)
+    line = one_line_error(done)
+    assert "unpacks to 201 MB, more than the 200 MB" in line
+    assert peak_mb < MEMORY_BOUND_MB
+
+
+def xml_edited(source: Path, target: Path, part: str, edit) -> Path:
+    with zipfile.ZipFile(source) as book, zipfile.ZipFile(target, "w") as out:
+        for info in book.infolist():
+            data = book.read(info.filename)
+            out.writestr(info, edit(data) if info.filename == part else data)
+    return target
+
+
+def test_a_sheet_beyond_excels_rows_is_one_line(tmp_path):
+    path = build(tmp_path, "attention", ATTENTION)
+    tall = xml_edited(path, tmp_path / "tall.xlsx", "xl/worksheets/sheet1.xml",
+                      lambda xml: xml.replace(b"</sheetData>", b'<row r="1048577"><c r='
+                                              b'"A1048577"><v>1</v></c></row></sheetData>'))
+    line = one_line_error(cli("check", tall))
+    assert "beyond Excel's 1,048,576 rows" in line
+
+
+def test_a_defined_name_with_empty_text_is_one_line(tmp_path):
+    path = build(tmp_path, "attention", ATTENTION)
+    emptied = xml_edited(path, tmp_path / "empty.xlsx", "xl/workbook.xml",
+                         lambda xml: re.sub(rb'(<definedName name="OUTPUT"[^>]*>)[^<]*',
+                                            rb"\1", xml))
+    line = one_line_error(cli("check", emptied))
+    assert "defined name OUTPUT does not point at one range" in line
+
+
+@pytest.mark.parametrize("value, shown", [(4.0, "4.0"), ("4", "'4'"), (True, "True")])
+def test_about_params_of_the_wrong_type_are_one_line(tmp_path, value, shown):
+    path = build(tmp_path, "attention", {"seq_len": 4, "d_model": 2, "d_k": 2})
+    wb = openpyxl.load_workbook(path)
+    about = wb["About"]
+    row = next(r for r in range(1, 20) if about.cell(r, 1).value == "params")
+    params = json.loads(about.cell(row, 2).value)
+    about.cell(row, 2).value = json.dumps({**params, "seq_len": value})
+    wb.save(tmp_path / "edited.xlsx")
+    line = one_line_error(cli("check", tmp_path / "edited.xlsx"))
+    assert f"seq_len must be a whole number, got {shown}" in line, line
+
+
+def test_pasted_values_in_a_step_fail_the_check(tmp_path):
+    """Every cell of WEIGHTS replaced by the number it showed: right today, and dead."""
+    path = build(tmp_path, "attention", ATTENTION)
+    values = openpyxl.load_workbook(path, data_only=True)
+    wb = openpyxl.load_workbook(path)
+    where = find_name(wb, "WEIGHTS", path)
+    for i in range(where.shape[0]):
+        for j in range(where.shape[1]):
+            r, c = where.top + i, where.left + j
+            wb[where.sheet].cell(r, c).value = values[where.sheet].cell(r, c).value
+    wb.save(tmp_path / "pasted.xlsx")
+    ran = cli("check", tmp_path / "pasted.xlsx", "--json")
+    steps = {s["name"]: s for s in json.loads(ran.stdout)["steps"]}
+    assert ran.returncode == 1
+    assert not steps["WEIGHTS"]["passed"]
+    assert steps["WEIGHTS"]["problem"].startswith("values, not formulas: 9 of 9")
+    assert steps["OUTPUT"]["passed"]
+
+
+def test_cached_error_values_are_error_cells(tmp_path):
+    """An exercise's #N/A flows into OUTPUT; the value stored beside OUTPUT's formula is an
+    error cell (t="e"), as Excel stores it, not the text "#N/A"."""
+    path, _ = exercise_book(tmp_path, "attention", ATTENTION, ["WEIGHTS"])
+    wb = openpyxl.load_workbook(path)
+    first = find_name(wb, "OUTPUT", path)
+    ref = f"{openpyxl.utils.get_column_letter(first.left)}{first.top}"
+    with zipfile.ZipFile(path) as book:
+        xml = book.read("xl/worksheets/sheet1.xml").decode()
+    cell = re.search(rf'<c r="{ref}"[^>]*>.*?</c>', xml).group(0)
+    assert 't="e"' in cell and "<v>#N/A</v>" in cell, cell
+    stored = openpyxl.load_workbook(path, data_only=True)
+    assert stored[first.sheet].cell(first.top, first.left).data_type == "e"
+
+
+@requires_libreoffice
+def test_libreoffice_gets_only_the_part_the_names_cover(tmp_path):
+    """A stray entry at A1000000 made LibreOffice itself take ~530 MB and ~18 s; it is
+    handed a copy without the rows below the named blocks."""
+    student = returned_exercise(tmp_path)
+    target = with_stray(student, tmp_path / "stray.xlsx", "A1000000", "x")
+    checked, peak_mb = peak_memory("check", "--engine", "libreoffice", target)
+    print(f"check --engine libreoffice of the stray file: {peak_mb:.0f} MB")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert peak_mb < MEMORY_BOUND_MB

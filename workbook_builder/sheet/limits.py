@@ -1,0 +1,167 @@
+"""Limits stated and checked before any work: Excel's grid, the cells one build may write,
+the length of a label, and the size of a workbook `check` and `grade` will read.
+
+A sheet's extent comes from the kind's declaration (`SheetPlan` places every block without
+writing a cell), so an impossible size is refused in a fraction of a second instead of
+after minutes of building and gigabytes of memory.
+"""
+
+import dataclasses
+import json
+from typing import Any
+
+import numpy as np
+
+from workbook_builder.errors import UserError
+from workbook_builder.sheet.layout import PlanBeyond, SheetPlan
+from workbook_builder.sheet.refs import parse_range
+
+EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
+EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
+DEFAULT_MAX_CELLS = 2_000_000      # input and formula cells of one build, answer key included
+MAX_LABEL_CHARS = 255              # one token or label
+MAX_WORKBOOK_BYTES = 200 * 2**20   # a workbook's parts, uncompressed, that check/grade read
+
+
+@dataclasses.dataclass(frozen=True)
+class Extent:
+    """What a build would write: its sheet's last row and column and its data cells."""
+
+    rows: int
+    cols: int
+    cells: int
+
+
+def plan_extent(kind, params, labels: list[str], exercise=None,
+                max_cells: int | None = None) -> Extent:
+    """The extent of the kind's sheet for these parameters, from its declaration alone.
+    An exercise adds a column of ✓/✗ marks, the self-check table and, with its self-check,
+    the hidden key: the same blocks again on a sheet of their own. Raises PlanBeyond at the
+    first block outside Excel's grid or past `max_cells`."""
+    copies = 2 if exercise is not None and exercise.self_check else 1
+    plan = SheetPlan(params, kind.label_sets(params, labels), EXCEL_ROWS, EXCEL_COLS,
+                     None if max_cells is None else max_cells // copies)
+    plan.write(kind.sections(params), {})
+    rows, cols = plan.bottom, plan.right
+    if exercise is not None:
+        rows = max(rows, plan.row + 3 + len(exercise.steps))
+        cols = max([cols] + [plan.blocks[s].right + 1 for s in exercise.steps
+                             if s in plan.blocks])
+    return Extent(rows, cols, plan.cells * copies)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+
+
+def _lower(params, *sizes: int) -> str:
+    """"lower --seq-len": the flags whose value is one of the sizes of a block too large,
+    else every size flag above 1."""
+    sizes_of = [f for f in dataclasses.fields(params) if type(getattr(params, f.name)) is int]
+    flags = [_flag(f) for f in sizes_of if getattr(params, f.name) in sizes] or \
+        [_flag(f) for f in sizes_of if getattr(params, f.name) > 1]
+    return "lower " + " or ".join(flags) if flags else "use smaller sizes"
+
+
+def check_fits(kind, params, labels: list[str], exercise=None,
+               max_cells: int = DEFAULT_MAX_CELLS) -> Extent:
+    """Refuse, in one line saying which flag to lower, a workbook that would not fit
+    Excel's grid or would hold more than `max_cells` input and formula cells; and labels
+    longer than a cell can record."""
+    if type(max_cells) is not int or max_cells <= 0:
+        raise UserError(f"--max-cells must be a positive whole number, got {max_cells}")
+    try:
+        extent = plan_extent(kind, params, labels, exercise, max_cells)
+    except PlanBeyond as beyond:
+        block, plan = beyond.block, beyond.plan
+        shape = f"block {block.name} is {block.rows:,}×{block.cols:,}"
+        if block.right > EXCEL_COLS:
+            raise UserError(f"{kind.name}: the sheet would be at least {block.right:,} columns "
+                            f"wide, more than Excel's {EXCEL_COLS:,} ({shape}); "
+                            f"{_lower(params, block.cols)}") from None
+        if block.bottom > EXCEL_ROWS:
+            raise UserError(f"{kind.name}: the sheet would be at least {block.bottom:,} rows "
+                            f"long, more than Excel's {EXCEL_ROWS:,} ({shape}); "
+                            f"{_lower(params, block.rows)}") from None
+        big = max(plan.blocks.values(), key=lambda b: b.rows * b.cols)
+        copies = " (twice: the exercise's hidden key repeats them)" if \
+            exercise is not None and exercise.self_check else ""
+        raise UserError(f"{kind.name}: the workbook would hold more than --max-cells "
+                        f"{max_cells:,} input and formula cells{copies} (block {big.name} is "
+                        f"{big.rows:,}×{big.cols:,}); {_lower(params, big.rows, big.cols)}, "
+                        f"or raise --max-cells") from None
+    if extent.cols > EXCEL_COLS or extent.rows > EXCEL_ROWS:  # the exercise's extras
+        raise UserError(f"{kind.name}: the exercise would be {extent.rows:,} rows × "
+                        f"{extent.cols:,} columns, beyond Excel's {EXCEL_ROWS:,} × "
+                        f"{EXCEL_COLS:,}; {_lower(params)}")
+    check_labels(labels)
+    return extent
+
+
+def check_labels(labels: list[Any]) -> None:
+    """Every label at most MAX_LABEL_CHARS characters, and all of them together within
+    one cell of the About sheet, which records them."""
+    for i, label in enumerate(labels, start=1):
+        if len(str(label)) > MAX_LABEL_CHARS:
+            raise UserError(f"token {i} has {len(str(label)):,} characters; a label may have "
+                            f"at most {MAX_LABEL_CHARS}")
+    recorded = len(json.dumps([str(x) for x in labels], ensure_ascii=False))
+    if recorded > EXCEL_CELL_CHARS:
+        raise UserError(f"the {len(labels):,} token labels take {recorded:,} characters "
+                        f"together; the About sheet records them in one cell, which holds at "
+                        f"most {EXCEL_CELL_CHARS:,}: shorten the tokens or lower the length")
+
+
+def check_results_finite(kind, params, inputs: dict[str, np.ndarray]) -> None:
+    """Refuse inputs for which a step would overflow (Excel shows #NUM!, and nothing could
+    be checked): the reference's value of every step must be finite. Names the first
+    step, in sheet order, and its first such cell."""
+    with np.errstate(all="ignore"):
+        results = kind.reference(inputs, params)
+    for name in kind.step_names(params):
+        block = np.atleast_2d(np.asarray(results[name], dtype=float))
+        bad = np.argwhere(~np.isfinite(block))
+        if len(bad):
+            i, j = (int(x) for x in bad[0][:2])
+            raise UserError(f"these inputs overflow: step {name} would hold {block[i, j]} at "
+                            f"row {i + 1}, column {j + 1} (a spreadsheet shows #NUM!); use "
+                            f"inputs of smaller magnitude")
+
+
+def named_extent(wb) -> tuple[int, int] | None:
+    """The last row and column any defined name of a workbook covers, plus one of each
+    (the ✓/✗ marks beside an exercise step): the part of each sheet that `check` and
+    `grade` read. A cell beyond it (a stray entry far down a returned file) is never
+    read. None for a workbook without a name that is a range (nothing to bound it by)."""
+    refs = []
+    for defined in wb.defined_names.values():
+        try:
+            refs.append(list(defined.destinations)[0][1])
+        except Exception:  # empty, or a formula: not a range
+            continue
+    return extent_of(refs)
+
+
+def extent_of(refs) -> tuple[int, int] | None:
+    """`named_extent` of a workbook whose defined names hold these references ("$B$5:$E$8",
+    with or without a sheet); a reference that is not one plain range is left out
+    (`find_name` refuses it)."""
+    bottom = right = 0
+    for ref in refs:
+        try:
+            _, _, last_row, last_col = parse_range(ref.rpartition("!")[2].replace("$", ""))
+        except ValueError:  # a whole column, a constant: not ours
+            continue
+        bottom, right = max(bottom, last_row), max(right, last_col)
+    if not bottom:
+        return None
+    return min(bottom + 1, EXCEL_ROWS), min(right + 1, EXCEL_COLS)
+
+
+def check_grid(wb, path) -> None:
+    """Refuse a workbook with a cell beyond Excel's grid (no application wrote it)."""
+    for ws in wb.worksheets:
+        if ws.max_row > EXCEL_ROWS or ws.max_column > EXCEL_COLS:
+            raise UserError(f"{path}: sheet {ws.title!r} has cells beyond Excel's "
+                            f"{EXCEL_ROWS:,} rows × {EXCEL_COLS:,} columns (row "
+                            f"{ws.max_row:,}, column {ws.max_column:,})")
