@@ -16,7 +16,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.book.workbook import BookSpec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
-from workbook_builder.engines.thirdparty import load_workbook, stored_cells
+from workbook_builder.engines.thirdparty import load_workbook, save_workbook, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.refs import parse_range
@@ -119,7 +119,7 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True) -> CellValue
             fd, tmp = tempfile.mkstemp(prefix=".attnsheets-", suffix=".xlsx", dir=path.parent)
             os.close(fd)
             temps.append(Path(tmp))
-        wb.save(temps[0])
+        save_workbook(wb, temps[0])
         if with_values:
             # the workbook in memory is what was just saved: no need to read it back
             values = FormulasModel(wb, path.name).evaluate()

@@ -9,6 +9,7 @@ give the same results.
 import contextlib
 import functools
 import importlib.util
+import math
 import os
 import sys
 import types
@@ -51,6 +52,31 @@ def load_workbook(path, **options):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Workbook contains no default style")
         return openpyxl.load_workbook(path, **options)
+
+
+def _exact_number_text(value, original) -> str:
+    """A float as the shortest text that reads back as the same double (repr); anything
+    else as openpyxl writes it."""
+    if isinstance(value, float) and math.isfinite(value):
+        return float.__repr__(value)  # not repr(): numpy 2 prints np.float64(…)
+    return original(value)
+
+
+def save_workbook(wb, path, shortcuts: bool | None = None) -> None:
+    """wb.save(path), every float written exactly. openpyxl 3.1 writes numbers with
+    "%.16g" (its cell writer's `safe_string`), 16 significant digits, which can move a
+    double by one unit in the last place; repr's up to 17 read back bit for bit."""
+    if not (OPENPYXL_SHORTCUTS if shortcuts is None else shortcuts):
+        wb.save(path)
+        return
+    import openpyxl.cell._writer as writer
+
+    original = writer.safe_string
+    writer.safe_string = functools.partial(_exact_number_text, original=original)
+    try:
+        wb.save(path)
+    finally:
+        writer.safe_string = original
 
 
 def stored_cells(ws, shortcuts: bool | None = None) -> Iterator[Cell]:

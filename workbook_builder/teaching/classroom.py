@@ -23,6 +23,7 @@ from workbook_builder.checking.check import compare_block, expected_steps
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
+from workbook_builder.engines.thirdparty import save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.refs import parse_cell, parse_range
@@ -125,7 +126,7 @@ class _Edition:
     def write(self, wb, overrides, path: Path, workdir: Path) -> dict:
         raw = workdir / "raw.xlsx"
         wb.calculation.fullCalcOnLoad = True  # applications recompute on open
-        wb.save(raw)
+        save_workbook(wb, raw)
         if self.model is None:
             self.model = FormulasModel(raw)
         values = _evaluate(self.model, overrides)
