@@ -1,8 +1,8 @@
 """Scaled dot-product attention (Vaswani et al. 2017), single head.
 
 Glossary: X (n×d_model) token rows; W_Q, W_K (d_model×d_k), W_V (d_model×d_v);
-Q = X·W_Q (+ B_Q), K = X·W_K (+ B_K), V = X·W_V (+ B_V), the bias rows when given; S = Q·Kᵀ; S/√d_k; A = softmax_rows(S/√d_k) (causal: only
-keys j ≤ i); O = A·V.
+Q = X·W_Q (+ B_Q), K = X·W_K (+ B_K), V = X·W_V (+ B_V), the bias rows when given;
+S = Q·Kᵀ; S/√d_k; A = softmax_rows(S/√d_k) (causal: only keys j ≤ i); O = A·V.
 """
 
 import numpy as np

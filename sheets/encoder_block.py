@@ -141,9 +141,7 @@ def activation(kind: str, form: str) -> Step:
     """ReLU: IF(x>0, x, 0) (MAX would reduce an array); GELU: its tanh or exact form."""
     if kind == "gelu":
         equation, template = GELU_FORMS[form]
-        # the `formulas` engine's ERF takes one number, not an array: one formula per cell
-        return Step("FFN_ACT", equation, Map("=" + template.format(x="{H}"), H="FFN_HIDDEN",
-                                             per_cell=form == "exact"))
+        return Step("FFN_ACT", equation, Map("=" + template.format(x="{H}"), H="FFN_HIDDEN"))
     return Step("FFN_ACT", "max(x, 0)", Map("=IF({H}>0,{H},0)", H="FFN_HIDDEN"))
 
 

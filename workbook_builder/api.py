@@ -43,6 +43,8 @@ from workbook_builder.demo import DemoResult, demo_plan, demo_workers, run_demo
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.libreoffice import export_pdf
 from workbook_builder.errors import UserError
+from workbook_builder.models.families import KIND_FAMILIES
+from workbook_builder.models.loader import model_inputs, parse_token_ids
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.registry import get_kind, load_kinds
@@ -59,12 +61,20 @@ __all__ = [
     "AttnsheetsError", "Book", "Report", "build", "check", "kinds", "read_blocks",
     "reference",
     # what the command line needs besides: it reaches the machinery only through this module
-    "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult", "DemoResult",
+    "CHECKPOINT_KINDS", "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult",
+    "DemoResult",
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
     "demo_workers",
     "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
-    "open_workbook", "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class",
-    "run_demo"]
+    "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
+    "resolve_params", "run_class", "run_demo"]
+
+# the kinds `--checkpoint` can fill
+CHECKPOINT_KINDS = tuple(KIND_FAMILIES)
+# a real model's layer in the `cells` layout (one formula per cell, each reading a whole
+# row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
+# input cells `build` asks for `blocks`
+CELLS_LAYOUT_LIMIT = 200_000
 
 if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-up
     import pandas as pd
@@ -143,23 +153,41 @@ def build(kind: str, path: str | Path | None = None, *,
           inputs: dict[str, Any] | None = None, seed: int = 0,
           tokens: list[str] | str | None = None, layout: str = "cells", lang: str = "en",
           exercise: str | ExerciseSpec | None = None, force: bool = False,
+          checkpoint: str | Path | None = None, layer: int = 0, prefix: str | None = None,
+          text: str | None = None, token_ids: list[int] | str | None = None,
           **sizes: Any) -> Book:
     """A workbook of `kind`. Sizes are the kind's parameters (seq_len=…, d_k=…); sizes not
     given come from the inputs given, the tokens, then the defaults. Inputs not given are
     drawn from `seed`. With `path` the workbook is saved (atomically; replacing a file only
-    with `force`)."""
+    with `force`). With `checkpoint` (a model folder, .zip, .safetensors, .pt/.bin or .npz)
+    the weights of layer `layer` come from it and its config, and `text` (tokenised by its
+    tokenizer.json) or `token_ids` give X."""
     kind_class = get_kind(kind)
     if layout not in LAYOUTS:
         raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     labels_given = parse_tokens(tokens) if isinstance(tokens, str) else tokens
     given = {name: np.asarray(value, dtype=float) for name, value in (inputs or {}).items()}
+    ids = parse_token_ids(token_ids) if isinstance(token_ids, str) else token_ids
+    note = None
+    if checkpoint is not None:
+        model = model_inputs(kind_class.name, checkpoint, layer=layer, prefix=prefix,
+                             text=text, token_ids=ids, explicit=sizes)
+        given, sizes, note = {**model.inputs, **given}, {**model.params, **sizes}, model.note
+        labels_given = labels_given or model.labels
+    elif text is not None or ids is not None or layer or prefix is not None:
+        raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
     params = resolve_params(kind_class, sizes, given, labels_given)
     if isinstance(exercise, str):
         exercise = make_spec(exercise, None, True)
+    if checkpoint is not None and layout == "cells":
+        cells = sum(r * c for r, c in kind_class.input_shapes(params).values())
+        if cells > CELLS_LAYOUT_LIMIT:
+            raise UserError(f"this layer has {cells:,} input cells, too many for the cells "
+                            f"layout (one formula per cell); build it with --layout blocks")
     complete = complete_inputs(kind_class, params, given, seed)
     labels = kind_class.labels(params, labels_given)
     workbook = build_workbook(kind_class, params, complete, labels, layout, lang=lang,
-                              exercise=exercise)
+                              exercise=exercise, note=note)
     spec = BookSpec(kind_class.name, dataclasses.asdict(params), layout, labels, lang, exercise)
     book = Book(kind_class, params, workbook, spec)
     if path is not None:

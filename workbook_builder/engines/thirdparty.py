@@ -155,6 +155,26 @@ def _scipy_on_first_use() -> Iterator[None]:
             del sys.modules["scipy.interpolate"]
 
 
+def _erf(lower: float, upper: float | None = None) -> float:
+    """Excel's ERF(lower[, upper]) of two numbers."""
+    return math.erf(lower) if upper is None else math.erf(upper) - math.erf(lower)
+
+
+def _register_array_erf(formulas) -> None:
+    """ERF element by element over arrays, as Excel, LibreOffice and Gnumeric evaluate it
+    inside an array formula (formulas 1.3's own ERF reads one number and gives #VALUE! for
+    a range), so the exact GELU is one array formula in the `blocks` layout. Through the
+    library's public function registry (`get_functions`), as its documentation adds custom
+    functions, and as it registers EXP and TANH (`wrap_ufunc`)."""
+    from formulas.functions import wrap_ufunc
+
+    functions = formulas.get_functions()
+    if not getattr(functions["ERF"], "attnsheets_array", False):
+        array_erf = wrap_ufunc(_erf)
+        array_erf.attnsheets_array = True
+        functions["ERF"] = functions["_XLFN.ERF"] = array_erf
+
+
 def formulas_engine(shortcuts: bool | None = None):
     """The `formulas` module, quiet (no progress bar) and, within the known versions, with
     the fast range assembly in place."""
@@ -175,4 +195,5 @@ def formulas_engine(shortcuts: bool | None = None):
     if not hasattr(RangesAssembler, "_original_push"):
         RangesAssembler._original_push = RangesAssembler.push
     RangesAssembler.push = _push_smaller_side if use else RangesAssembler._original_push
+    _register_array_erf(formulas)
     return formulas
