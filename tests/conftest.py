@@ -192,7 +192,7 @@ def once_per_run(tmp_path_factory, name: str, make) -> Path:
 def demo(tmp_path_factory) -> Demo:
     """`attnsheets demo` once for the whole run: every kind's demo workbooks, both layouts."""
     def make(folder: Path) -> None:
-        ran = cli("demo", "--out", folder / "demo", "--quiet")
+        ran = cli("demo", "--out", folder / "demo", "--quiet", "--no-model")
         assert ran.returncode == 0, ran.stdout + ran.stderr
         (folder / "stdout.txt").write_text(ran.stdout, encoding="utf-8")
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import cli, one_line_error, requires_transformers
 
-from workbook_builder import api
+from workbook_builder import api, demo
 from workbook_builder.checking.names import find_name
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.models.loader import model_inputs
@@ -62,7 +62,9 @@ def tiny_bert(tmp_path_factory) -> Path:
 def token_ids(folder: Path) -> list[int]:
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(folder / "tokenizer.json")).encode(SENTENCE).ids
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_padding()  # MiniLM's pads every text to 128 tokens
+    return tokenizer.encode(SENTENCE).ids
 
 
 def bert_forward(folder: Path, ids: list[int]):
@@ -319,6 +321,24 @@ def test_config_sizes_win_over_defaults_and_flags_over_config(tiny_bert, tmp_pat
 
 
 # -- the real model, when its package is installed --------------------------------------------
+
+def test_the_demo_names_the_token_each_head_of_it_attends_to(tiny_bert, tmp_path, monkeypatch):
+    """`attnsheets demo`'s real-model workbook, here with the tiny BERT standing in for
+    MiniLM: built, checked, and for "it" each head's most attended token as transformers'
+    attention probabilities give it."""
+    zipped = formats(tiny_bert, tmp_path)["zip"][0]
+    monkeypatch.setattr(demo, "minilm_zip", lambda: zipped)
+    got = demo.real_model_demo(tmp_path / "out", force=False)
+    assert got.result.passed and got.result.path.exists()
+    _, attentions, _ = bert_forward(tiny_bert, token_ids(tiny_bert))
+    it = WORDS.index("it")
+    ids = token_ids(tiny_bert)
+    exp = [(h + 1, WORDS[ids[int(np.argmax(attentions[0][h][ids.index(it)]))]])
+           for h in range(2)]
+    assert [(h, token) for h, token, _ in got.top_for_it] == exp
+    monkeypatch.setattr(demo, "minilm_zip", lambda: None)
+    assert demo.real_model_demo(tmp_path / "out", force=False) is None
+
 
 MINILM = find_spec("all_minilm_l6_v2")
 

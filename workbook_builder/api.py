@@ -39,7 +39,14 @@ from workbook_builder.checking.check import (
     installed_engines,
 )
 from workbook_builder.checking.names import NamedRange, find_name
-from workbook_builder.demo import DemoResult, demo_plan, demo_workers, run_demo
+from workbook_builder.demo import (
+    MINILM_PIP,
+    DemoResult,
+    demo_plan,
+    demo_workers,
+    real_model_demo,
+    run_demo,
+)
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.libreoffice import export_pdf
 from workbook_builder.errors import UserError
@@ -67,7 +74,7 @@ __all__ = [
     "demo_workers",
     "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
     "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
-    "resolve_params", "run_class", "run_demo"]
+    "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
 
 # the kinds `--checkpoint` can fill
 CHECKPOINT_KINDS = tuple(KIND_FAMILIES)

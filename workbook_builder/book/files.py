@@ -58,13 +58,15 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
 def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
                    given: dict[str, np.ndarray] | None = None, tokens: list[str] | None = None,
                    layout: str = "cells", force: bool = False, lang: str = "en",
-                   exercise=None) -> BuiltBook:
+                   exercise=None, note: str | None = None) -> BuiltBook:
     """Build and save atomically; the evaluation that stores the cached values is the only
-    one, and its values come back for whoever checks the file next."""
+    one, and its values come back for whoever checks the file next. `note` says on the
+    sheet where the inputs came from."""
     check_writable(path, force)
     inputs = complete_inputs(kind, params, given or {}, seed)
     labels = kind.labels(params, tokens)
-    wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise)
+    wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
+                        note=note)
     values = save_atomic(wb, path)
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, labels, lang, exercise)
     return BuiltBook(path, wb, spec, values, count_formula_cells(wb))
