@@ -225,6 +225,21 @@ def test_the_cli_builds_and_checks_a_layer_from_a_zip(tiny_bert, tmp_path):
     assert cli("check", out).returncode == 0
 
 
+def test_a_class_shares_the_checkpoint_weights_and_draws_each_students_x(tiny_bert, tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id\ns1\ns2\n", encoding="utf-8")
+    out = tmp_path / "class"
+    ran = cli("class", "multihead", "--roster", roster, "--out", out, "--checkpoint", tiny_bert,
+              "--layer", "1", "--seq-len", "3", "--exercise", "WEIGHTS_H1", "--layout", "blocks")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    blocks = [api.read_blocks(out / f"multihead_{s}_key.xlsx") for s in ("s1", "s2")]
+    weights = state_dict(tiny_bert)["encoder.layer.1.attention.self.value.weight"].T
+    for got in blocks:
+        np.testing.assert_array_equal(got["W_V"].to_numpy(dtype=float), weights)
+        assert got["B_O"].shape == (1, 8)
+    assert not np.array_equal(blocks[0]["X"].to_numpy(), blocks[1]["X"].to_numpy())
+
+
 # -- checkpoints that do not fit: one line, exit 2 --------------------------------------------
 
 @pytest.fixture(scope="module")

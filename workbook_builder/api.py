@@ -51,7 +51,7 @@ from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.libreoffice import export_pdf
 from workbook_builder.errors import UserError
 from workbook_builder.models.families import KIND_FAMILIES
-from workbook_builder.models.loader import model_inputs, parse_token_ids
+from workbook_builder.models.loader import ModelInputs, model_inputs, parse_token_ids
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.registry import get_kind, load_kinds
@@ -69,7 +69,7 @@ __all__ = [
     "reference",
     # what the command line needs besides: it reaches the machinery only through this module
     "CHECKPOINT_KINDS", "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult",
-    "DemoResult",
+    "DemoResult", "checkpoint_inputs",
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
     "demo_workers",
     "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
@@ -174,15 +174,12 @@ def build(kind: str, path: str | Path | None = None, *,
         raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     labels_given = parse_tokens(tokens) if isinstance(tokens, str) else tokens
     given = {name: np.asarray(value, dtype=float) for name, value in (inputs or {}).items()}
-    ids = parse_token_ids(token_ids) if isinstance(token_ids, str) else token_ids
+    model = checkpoint_inputs(kind_class.name, sizes, checkpoint, layer, prefix, text,
+                              token_ids)
     note = None
-    if checkpoint is not None:
-        model = model_inputs(kind_class.name, checkpoint, layer=layer, prefix=prefix,
-                             text=text, token_ids=ids, explicit=sizes)
+    if model is not None:
         given, sizes, note = {**model.inputs, **given}, {**model.params, **sizes}, model.note
         labels_given = labels_given or model.labels
-    elif text is not None or ids is not None or layer or prefix is not None:
-        raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
     params = resolve_params(kind_class, sizes, given, labels_given)
     if isinstance(exercise, str):
         exercise = make_spec(exercise, None, True)
@@ -200,6 +197,20 @@ def build(kind: str, path: str | Path | None = None, *,
     if path is not None:
         book.save(path, force=force)
     return book
+
+
+def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path | None,
+                      layer: int = 0, prefix: str | None = None, text: str | None = None,
+                      token_ids: list[int] | str | None = None) -> ModelInputs | None:
+    """What a checkpoint gives a build of `kind` (parameters, inputs, labels, a note for
+    the sheet), or None without one; `sizes` are the flags given by hand."""
+    ids = parse_token_ids(token_ids) if isinstance(token_ids, str) else token_ids
+    if checkpoint is None:
+        if text is not None or ids is not None or layer or prefix is not None:
+            raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
+        return None
+    return model_inputs(kind, checkpoint, layer=layer, prefix=prefix, text=text,
+                        token_ids=ids, explicit=sizes)
 
 
 def check(path_or_book: str | Path | Book, engine: str = "formulas",

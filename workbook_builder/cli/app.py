@@ -7,7 +7,6 @@ from pathlib import Path
 
 from workbook_builder import __version__, api
 from workbook_builder.api import (
-    CHECKPOINT_KINDS,
     ENGINES,
     LAYOUTS,
     MINILM_PIP,
@@ -28,7 +27,12 @@ from workbook_builder.api import (
     reproduce,
     run_demo,
 )
-from workbook_builder.cli.params import add_param_flags, explicit_params
+from workbook_builder.cli.params import (
+    add_checkpoint_flags,
+    add_param_flags,
+    checkpoint_args,
+    explicit_params,
+)
 from workbook_builder.cli.printing import (
     format_report,
     format_reproduction,
@@ -83,8 +87,7 @@ def _parser() -> Parser:
                          help="cells: one formula per cell (default, best to read); "
                               "blocks: one array formula per step (compact, fast)")
         sub.add_argument("--force", action="store_true", help="replace an existing file")
-        if name in CHECKPOINT_KINDS:
-            add_checkpoint_flags(sub)
+        add_checkpoint_flags(sub, name)
         add_edition_flags(sub)
 
     check = commands.add_parser("check", help="evaluate a workbook and compare every step "
@@ -124,29 +127,6 @@ def _parser() -> Parser:
     repro.add_argument("--force", action="store_true", help="replace existing files")
     add_teaching_commands(commands, add_param_flags)
     return parser
-
-
-def add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    """--checkpoint and what goes with it (the kinds a real model's layer can fill)."""
-    parser.add_argument("--checkpoint", type=Path, metavar="PATH",
-                        help="weights and sizes from a model: a Hugging Face model folder, "
-                             "a .zip of one, .safetensors, a torch state dict .pt/.bin, or .npz")
-    parser.add_argument("--layer", type=int, default=0,
-                        help="which layer of the checkpoint (default 0)")
-    parser.add_argument("--prefix", help="the submodule holding the model's weights, e.g. "
-                        "'bert.' (default: found from the names)")
-    parser.add_argument("--text", help="X from this text, tokenised by the checkpoint's "
-                        "tokenizer.json (rows labelled with its tokens)")
-    parser.add_argument("--token-ids", metavar="ID,ID,…",
-                        help="X from these token ids (instead of --text)")
-
-
-def checkpoint_args(args) -> dict:
-    """The checkpoint options of a build, for api.build."""
-    if getattr(args, "checkpoint", None) is None and not hasattr(args, "layer"):
-        return {}
-    return {"checkpoint": args.checkpoint, "layer": args.layer, "prefix": args.prefix,
-            "text": args.text, "token_ids": args.token_ids}
 
 
 def _cmd_list(args) -> int:

@@ -177,8 +177,11 @@ class ClassResult:
 def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: ExerciseSpec,
               layout: str = "cells", lang: str = "en", tokens: list[str] | None = None,
               class_seed: int = 0, force: bool = False,
-              id_column: str | None = None) -> "ClassResult":
-    """Write every student's exercise and key, and the manifest, verifying each."""
+              id_column: str | None = None, given: dict | None = None,
+              note: str | None = None) -> "ClassResult":
+    """Write every student's exercise and key, and the manifest, verifying each. Inputs in
+    `given` (a checkpoint's weights) are the same for every student; the others come from
+    each student's seed. `note` says on each sheet where the inputs came from."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
     validate_steps(kind, params, exercise)
@@ -197,11 +200,11 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
     with tempfile.TemporaryDirectory(prefix="attnsheets-class-") as workdir:
         for student, exercise_path, key_path in plan:
             seed = student.seed(class_seed)
-            inputs = complete_inputs(kind, params, {}, seed)
+            inputs = complete_inputs(kind, params, given or {}, seed)
             for edition, path in ((editions["exercise"], exercise_path),
                                   (editions["key"], key_path)):
                 wb = build_workbook(kind, params, inputs, labels, layout, lang=lang,
-                                    exercise=edition.exercise, student=student.id)
+                                    exercise=edition.exercise, student=student.id, note=note)
                 values = edition.write(wb, _input_blocks(wb, kind, params, inputs), path,
                                        Path(workdir))
                 problems += [f"{path.name}: {p}" for p in
