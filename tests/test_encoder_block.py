@@ -8,6 +8,7 @@ import numpy as np
 import openpyxl
 import pytest
 from conftest import cli, one_line_error, requires_gnumeric, requires_libreoffice, requires_torch
+from openpyxl.worksheet.formula import ArrayFormula
 
 from reference.encoder_block import encoder_block_ref, gelu_exact, gelu_tanh
 from sheets.encoder_block import EncoderBlock, EncoderBlockParams
@@ -86,7 +87,8 @@ ERF_ARGUMENTS = [-7.5, -5.5, -2.0, -0.7071067811865476, -1e-9, 0, 1e-9, 0.3, 1.0
 
 @pytest.fixture(scope="module")
 def erf_book(tmp_path_factory):
-    """ERF of each argument in column A (in B), and the exact GELU of it (in C)."""
+    """ERF of each argument in column A (in B), the exact GELU of it (in C), and the GELU
+    of the whole column as one array formula (in D), as the blocks layout writes it."""
     path = tmp_path_factory.mktemp("erf") / "erf.xlsx"
     wb = openpyxl.Workbook()
     ws = wb.active
@@ -95,6 +97,8 @@ def erf_book(tmp_path_factory):
         ws.cell(row, 1, x)
         ws.cell(row, 2, f"=ERF(A{row})")
         ws.cell(row, 3, f"=0.5*A{row}*(1+ERF(A{row}/SQRT(2)))")
+    last = len(ERF_ARGUMENTS)
+    ws["D1"] = ArrayFormula(f"D1:D{last}", f"=0.5*A1:A{last}*(1+ERF(A1:A{last}/SQRT(2)))")
     wb.save(path)
     return path
 
@@ -106,9 +110,9 @@ def erf_book(tmp_path_factory):
     ids=["formulas", "libreoffice", "gnumeric"])
 def test_erf_agrees_with_math_erf_in_every_engine(erf_book, engine):
     values = engine(erf_book)
-    got = np.array([[values[("ERF", row, 2)], values[("ERF", row, 3)]]
+    got = np.array([[values[("ERF", row, c)] for c in (2, 3, 4)]
                     for row in range(1, len(ERF_ARGUMENTS) + 1)], dtype=float)
-    exp = np.array([[math.erf(x), 0.5 * x * (1 + math.erf(x / math.sqrt(2)))]
+    exp = np.array([[math.erf(x)] + [0.5 * x * (1 + math.erf(x / math.sqrt(2)))] * 2
                     for x in ERF_ARGUMENTS])
     print("max |engine − math.erf|:", np.abs(got - exp).max())
     np.testing.assert_allclose(got, exp, rtol=1e-14, atol=1e-16)

@@ -88,8 +88,8 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
         return ModelInputs(params, inputs, labels, f"weights: {where}; X is the embedding "
                            f"step of the token ids {_short(ids)}")
     inputs["X"] = _hidden_states(checkpoint, family, base, sizes, embedded, layer)
-    before = "the embedding step" if layer == 0 else \
-        f"the embedding step and layers 0 … {layer - 1}"
+    before = "the embedding step" + ("" if layer == 0 else " and layer 0" if layer == 1
+                                     else f" and layers 0 … {layer - 1}")
     return ModelInputs(params, inputs, labels,
                        f"weights: {where}; X: the hidden states entering layer {layer}, "
                        f"computed by the NumPy reference of {before} (numbers, not "
