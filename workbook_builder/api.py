@@ -199,7 +199,7 @@ def build(kind: str, path: str | Path | None = None, *,
     return book
 
 
-def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path | None,
+def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path | None = None,
                       layer: int = 0, prefix: str | None = None, text: str | None = None,
                       token_ids: list[int] | str | None = None) -> ModelInputs | None:
     """What a checkpoint gives a build of `kind` (parameters, inputs, labels, a note for
