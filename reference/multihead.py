@@ -4,6 +4,7 @@ Glossary: H query heads, G key/value heads (G divides H), d_k = d_model / H per 
 Q = X·W_Q (n×H·d_k), K = X·W_K, V = X·W_V (n×G·d_k). Head h takes Q columns
 [h·d_k, (h+1)·d_k) and K/V head g = ⌊h·G/H⌋ (PyTorch `enable_gqa`).
 head_h = softmax(Q_h·K_gᵀ/√d_k)·V_g;  CONCAT = [head_1 … head_H];  OUTPUT = CONCAT·W_O.
+With bias rows (nn.Linear's bias): Q = X·W_Q + B_Q, likewise K and V; OUTPUT + B_O.
 """
 
 import numpy as np
@@ -17,7 +18,7 @@ def multihead_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray
     heads = params.heads
     kv_heads = params.kv_heads or heads               # default: one K/V head per query head
     d_k = params.d_model // heads
-    q, k, v = x @ inputs["W_Q"], x @ inputs["W_K"], x @ inputs["W_V"]
+    q, k, v = (x @ inputs[f"W_{n}"] + inputs.get(f"B_{n}", 0.0) for n in "QKV")
     n = x.shape[0]
     allowed = causal_allowed(n, n) if params.causal else np.ones((n, n), dtype=bool)
     steps = {"Q": q, "K": k, "V": v}
@@ -38,7 +39,7 @@ def multihead_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray
         outputs.append(steps["WEIGHTS" + suffix] @ v_g)
         steps["HEAD" + suffix] = outputs[-1]
     steps["CONCAT"] = np.concatenate(outputs, axis=1)  # (n×H·d_k)
-    steps["OUTPUT"] = steps["CONCAT"] @ inputs["W_O"]
+    steps["OUTPUT"] = steps["CONCAT"] @ inputs["W_O"] + inputs.get("B_O", 0.0)
     steps.update(multihead_cost(n, heads, kv_heads, d_k))
     return steps
 

@@ -31,15 +31,28 @@ QKV_WEIGHTS = [W_Q, W_K, W_V]
 QKV_INPUTS = [X, *QKV_WEIGHTS]
 
 
-def projections(source: str = "X", q_source: str | None = None) -> list[Step]:
-    """Q = X·W_Q, K = X·W_K, V = X·W_V (queries from `q_source` when it differs)."""
+def bias_of(weight: Input, title: str, when: str | None = "bias") -> Input:
+    """The bias row B_n of a weight W_n (1 × its columns, labelled as its columns), added
+    to every row of X·W_n; present when the parameter `when` is set."""
+    return Input("B_" + weight.name.removeprefix("W_"), 1, weight.cols, title, ["b"],
+                 weight.col_labels, when=when)
+
+
+def projections(source: str = "X", q_source: str | None = None,
+                bias: bool = False) -> list[Step]:
+    """Q = X·W_Q, K = X·W_K, V = X·W_V (queries from `q_source` when it differs); with
+    `bias`, + B_Q, B_K, B_V (nn.Linear with bias=True)."""
     q_from = q_source or source
-    return [Step("Q", f"Q = {q_from}·W_Q", MatMul(q_from, "W_Q"),
-                 "Queries: what each token is looking for."),
-            Step("K", f"K = {source}·W_K", MatMul(source, "W_K"),
-                 "Keys: what each token offers to be found by."),
-            Step("V", f"V = {source}·W_V", MatMul(source, "W_V"),
-                 "Values: the content each token passes on.")]
+
+    def project(n: str, src: str, explanation: str) -> Step:
+        # n = src·W_n (+ B_n)
+        plus = f"B_{n}" if bias else None
+        return Step(n, f"{n} = {src}·W_{n}" + (f" + B_{n}" if bias else ""),
+                    MatMul(src, f"W_{n}", plus=plus), explanation)
+
+    return [project("Q", q_from, "Queries: what each token is looking for."),
+            project("K", source, "Keys: what each token offers to be found by."),
+            project("V", source, "Values: the content each token passes on.")]
 
 
 def scaled_scores(suffix: str = "", equation: str = "S = Q·Kᵀ", q: str = "Q", k: str = "K",
@@ -130,10 +143,14 @@ def concat_heads(heads: int, d_k: int) -> Step:
         col_labels=[f"h{h + 1}.{j + 1}" for h in range(heads) for j in range(d_k)])
 
 
-def concat_and_mix(heads: int, d_k: int, w_o: Input) -> list:
-    """CONCAT = [head_1 … head_H], the W_O input beside it, and O = CONCAT·W_O."""
-    return [concat_heads(heads, d_k), w_o,
-            Step("OUTPUT", "O = CONCAT·W_O", MatMul("CONCAT", "W_O"))]
+def concat_and_mix(heads: int, d_k: int, w_o: Input, b_o: Input | None = None) -> list:
+    """CONCAT = [head_1 … head_H], the W_O input (and its bias B_O) beside it, and
+    O = CONCAT·W_O (+ B_O)."""
+    if b_o is None:
+        return [concat_heads(heads, d_k), w_o,
+                Step("OUTPUT", "O = CONCAT·W_O", MatMul("CONCAT", "W_O"))]
+    return [concat_heads(heads, d_k), w_o, b_o,
+            Step("OUTPUT", "O = CONCAT·W_O + B_O", MatMul("CONCAT", "W_O", plus=b_o.name))]
 
 
 class TwoSequenceKind(Kind):

@@ -4,6 +4,7 @@ grouped K/V heads (GQA).
     Q = X·W_Q (n×H·d_k)   K = X·W_K, V = X·W_V (n×G·d_k)   d_k = d_model / H
     head h uses K/V head g = ⌊h·G/H⌋
     head_h = softmax(Q_h·K_gᵀ/√d_k)·V_g   CONCAT = [head_1 … head_H]   O = CONCAT·W_O
+    --bias: Q = X·W_Q + B_Q (likewise K, V) and O = CONCAT·W_O + B_O, as nn.Linear
 """
 
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from sheets._bands import (
     COST_ZH,
     Cost,
     X,
+    bias_of,
     concat_and_mix,
     cost_section,
     head_labels,
@@ -33,6 +35,8 @@ class MultiheadParams:
         "help": "key/value heads G (must divide H; 1 = multi-query); default H"})
     causal: bool = field(default=False, metadata={
         "help": "mask future tokens (query i sees keys j ≤ i)"})
+    bias: bool = field(default=False, metadata={
+        "help": "add bias rows B_Q, B_K, B_V, B_O to the projections (nn.Linear's bias)"})
 
     @property
     def groups(self) -> int:
@@ -63,6 +67,10 @@ W_V = Input("W_V", "d_model", lambda p: p.groups * p.d_k, "value weights", "d",
             head_labels("v", _groups, _d_k))
 W_O = Input("W_O", lambda p: p.heads * p.d_k, "d_model", "output weights",
             head_labels("h", _heads, _d_k), "d")
+# bias rows of the four projections (with --bias, or when given with --inputs)
+B_Q, B_K, B_V = (bias_of(W_Q, "query bias"), bias_of(W_K, "key bias"),
+                 bias_of(W_V, "value bias"))
+B_O = bias_of(W_O, "output bias")
 
 
 # -- the cost table: what the steps above hold and multiply, as functions of n -----------
@@ -89,11 +97,12 @@ class Multihead(Kind):
     sheet_title = "Multihead"
     Params = MultiheadParams
     reference = staticmethod(multihead_ref)
-    inputs = [X, W_Q, W_K, W_V, W_O]
+    inputs = [X, W_Q, W_K, W_V, B_Q, B_K, B_V, W_O, B_O]
     test_cases = [
         {"seq_len": 3, "d_model": 6, "heads": 3},
         {"seq_len": 5, "d_model": 4, "heads": 2, "kv_heads": 1, "causal": True},
         {"seq_len": 4, "d_model": 8, "heads": 4, "kv_heads": 2, "causal": True},
+        {"seq_len": 3, "d_model": 6, "heads": 3, "kv_heads": 1, "bias": True},
     ]
     demo_cases = [
         ("multihead", {"seq_len": 4, "d_model": 4, "heads": 2}),
@@ -112,18 +121,19 @@ class Multihead(Kind):
     @classmethod
     def sections(cls, p):
         mask = "MASK" if p.causal else None
-        q, k, v = projections()
+        q, k, v = projections(bias=p.bias)
         heads = [section(f"Head {h + 1} — query columns q{h + 1}.*, key/value head {g + 1}",
                          head_steps(h, g, p.d_k, mask))
                  for h, g in ((h, h * p.groups // p.heads) for h in range(p.heads))]
         return [
             section("Step 1 — inputs ({heads} query heads, {groups} key/value heads, "
-                    "d_k = d_model/H = {d_k})", [X, W_Q, W_K, W_V]),
+                    "d_k = d_model/H = {d_k})", [X, W_Q, W_K, W_V],
+                    *([[B_Q, B_K, B_V]] if p.bias else [])),
             section("Step 2a — projections; head h owns columns h·d_k … (h+1)·d_k − 1",
                     [q, k, v] + ([CAUSAL_MASK] if mask else [])),
             *heads,
             section("Step 2f-4 — concatenate the heads and mix them with W_O",
-                    concat_and_mix(p.heads, p.d_k, W_O)),
+                    concat_and_mix(p.heads, p.d_k, W_O, B_O if p.bias else None)),
             cost_section("Cost — O(n²) memory and O(n²·d) time: every head holds an n×n "
                          "score matrix; at this sheet's n and at n = 1k, 4k, 32k",
                          COST_SIZES, COSTS),
@@ -137,6 +147,8 @@ Multihead.translations = {"zh": {
     "Step 1 — inputs ({h} query heads, {g} key/value heads, d_k = d_model/H = {d})":
         "Step 1：输入（{h} 个查询头，{g} 个键/值头，d_k = d_model/H = {d}）",
     "query weights, heads side by side": "查询权重，各头并排",
+    "query bias": "查询偏置", "key bias": "键偏置", "value bias": "值偏置",
+    "output bias": "输出偏置",
     "Step 2a — projections; head h owns columns h·d_k … (h+1)·d_k − 1":
         "Step 2f-1：拆分 Q、K、V — 头 h 占第 h·d_k … (h+1)·d_k − 1 列",
     "Head {h} — query columns q{hq}.*, key/value head {g}":

@@ -1,12 +1,20 @@
 """`encoder-block`: the reference against `nn.TransformerEncoderLayer` (post- and pre-LN,
-ReLU and tanh-GELU), and bad parameters on the command line."""
+ReLU, tanh and exact GELU, LayerNorm's eps), ERF alike in every engine, and bad parameters on
+the command line."""
+
+import math
 
 import numpy as np
+import openpyxl
 import pytest
-from conftest import cli, one_line_error, requires_torch
+from conftest import cli, one_line_error, requires_gnumeric, requires_libreoffice, requires_torch
+from openpyxl.worksheet.formula import ArrayFormula
 
-from reference.encoder_block import encoder_block_ref, gelu_tanh
+from reference.encoder_block import encoder_block_ref, gelu_exact, gelu_tanh
 from sheets.encoder_block import EncoderBlock, EncoderBlockParams
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.gnumeric import evaluate_with_gnumeric
+from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 
 
 def _torch_layer(inputs, params):
@@ -15,10 +23,11 @@ def _torch_layer(inputs, params):
     import torch.nn.functional as F
 
     act = F.relu if params.activation == "relu" else (
-        lambda t: F.gelu(t, approximate="tanh"))
+        lambda t: F.gelu(t, approximate="none" if params.gelu == "exact" else "tanh"))
     layer = torch.nn.TransformerEncoderLayer(
         params.d_model, params.heads, params.d_ff, dropout=0.0, activation=act,
-        batch_first=True, norm_first=params.pre_ln, dtype=torch.float64).eval()
+        layer_norm_eps=params.ln_eps, batch_first=True, norm_first=params.pre_ln,
+        dtype=torch.float64).eval()
     t = {name: torch.tensor(value) for name, value in inputs.items()}
     with torch.no_grad():
         attn = layer.self_attn
@@ -29,7 +38,7 @@ def _torch_layer(inputs, params):
             module.weight.copy_(t[w].T)
             module.bias.copy_(t[b][0])
         for module, which in [(layer.norm1, "LN1"), (layer.norm2, "LN2")]:
-            assert module.eps == 1e-5
+            assert module.eps == params.ln_eps
             module.weight.copy_(t[which + "_GAMMA"][0])
             module.bias.copy_(t[which + "_BETA"][0])
     return layer
@@ -37,12 +46,14 @@ def _torch_layer(inputs, params):
 
 @requires_torch
 @pytest.mark.parametrize("pre_ln", [False, True], ids=["post-ln", "pre-ln"])
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_reference_equals_torch_encoder_layer(pre_ln, activation):
+@pytest.mark.parametrize("activation,gelu,eps", [("relu", "tanh", 1e-5), ("gelu", "tanh", 1e-5),
+                                                 ("gelu", "exact", 1e-12),
+                                                 ("relu", "tanh", 0.3)])
+def test_reference_equals_torch_encoder_layer(pre_ln, activation, gelu, eps):
     import torch
 
     params = EncoderBlockParams(seq_len=5, d_model=6, heads=3, d_ff=7,
-                                activation=activation, pre_ln=pre_ln)
+                                activation=activation, pre_ln=pre_ln, gelu=gelu, ln_eps=eps)
     rng = np.random.default_rng(3)
     inputs = {name: rng.normal(size=shape)
               for name, shape in EncoderBlock.input_shapes(params).items()}
@@ -50,7 +61,7 @@ def test_reference_equals_torch_encoder_layer(pre_ln, activation):
     with torch.no_grad():
         exp = _torch_layer(inputs, params)(torch.tensor(inputs["X"])[None])[0].numpy()
     error = np.abs(got - exp).max()
-    print(f"pre_ln={pre_ln} {activation}: max |ref − nn.TransformerEncoderLayer| = "
+    print(f"pre_ln={pre_ln} {activation} {gelu} eps={eps}: max |ref − torch layer| = "
           f"{error:.1e}")
     assert error < 1e-10
 
@@ -66,6 +77,45 @@ def test_gelu_is_the_tanh_form():
     exact = F.gelu(torch.tensor(x)).numpy()
     np.testing.assert_allclose(gelu_tanh(x), tanh_form, rtol=0, atol=1e-15)
     assert 1e-5 < np.abs(gelu_tanh(x) - exact).max() < 1e-3
+    np.testing.assert_allclose(gelu_exact(x), exact, rtol=1e-15, atol=1e-16)
+
+
+# -- ERF, the one function the exact GELU adds to the portable set ---------------------------
+ERF_ARGUMENTS = [-7.5, -5.5, -2.0, -0.7071067811865476, -1e-9, 0, 1e-9, 0.3, 1.0, 3.25, 5.5,
+                 7.5]
+
+
+@pytest.fixture(scope="module")
+def erf_book(tmp_path_factory):
+    """ERF of each argument in column A (in B), the exact GELU of it (in C), and the GELU
+    of the whole column as one array formula (in D), as the blocks layout writes it."""
+    path = tmp_path_factory.mktemp("erf") / "erf.xlsx"
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "ERF"
+    for row, x in enumerate(ERF_ARGUMENTS, start=1):
+        ws.cell(row, 1, x)
+        ws.cell(row, 2, f"=ERF(A{row})")
+        ws.cell(row, 3, f"=0.5*A{row}*(1+ERF(A{row}/SQRT(2)))")
+    last = len(ERF_ARGUMENTS)
+    ws["D1"] = ArrayFormula(f"D1:D{last}", f"=0.5*A1:A{last}*(1+ERF(A1:A{last}/SQRT(2)))")
+    wb.save(path)
+    return path
+
+
+@pytest.mark.parametrize("engine", [
+    evaluate_with_formulas,
+    pytest.param(evaluate_with_libreoffice, marks=requires_libreoffice),
+    pytest.param(evaluate_with_gnumeric, marks=requires_gnumeric)],
+    ids=["formulas", "libreoffice", "gnumeric"])
+def test_erf_agrees_with_math_erf_in_every_engine(erf_book, engine):
+    values = engine(erf_book)
+    got = np.array([[values[("ERF", row, c)] for c in (2, 3, 4)]
+                    for row in range(1, len(ERF_ARGUMENTS) + 1)], dtype=float)
+    exp = np.array([[math.erf(x)] + [0.5 * x * (1 + math.erf(x / math.sqrt(2)))] * 2
+                    for x in ERF_ARGUMENTS])
+    print("max |engine − math.erf|:", np.abs(got - exp).max())
+    np.testing.assert_allclose(got, exp, rtol=1e-14, atol=1e-16)
 
 
 def test_post_and_pre_ln_differ():
@@ -84,6 +134,10 @@ def test_post_and_pre_ln_differ():
     (["--heads", "3"], "--heads 3 does not divide --d-model 4"),
     (["--activation", "swish"], "invalid choice"),
     (["--d-ff", "-2"], "--d-ff must be a positive"),
+    (["--gelu", "exact"], "--gelu exact needs --activation gelu"),
+    (["--gelu", "erf"], "invalid choice"),
+    (["--ln-eps", "0"], "--ln-eps must be a small positive number"),
+    (["--ln-eps", "tiny"], "invalid float value"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
     result = cli("build", "encoder-block", "-o", tmp_path / "x.xlsx", *args)

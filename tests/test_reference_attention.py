@@ -127,3 +127,46 @@ def test_multihead_with_one_head_is_single_head_attention():
         multi = multihead_ref(inputs, P(heads=1, kv_heads=1, d_model=3, causal=causal))
         single = attention_ref(inputs, P(causal=causal))
         np.testing.assert_allclose(multi["OUTPUT"], single["OUTPUT"], rtol=1e-14)
+
+
+@requires_torch
+def test_biases_are_nn_linear_biases():
+    """With B_Q, B_K, B_V (and B_O) the projections are nn.Linear(bias=True): attention's
+    against three Linear layers and SDPA, multihead's against nn.MultiheadAttention."""
+    import torch
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(21)
+    n, d_model, d_k, d_v = 4, 5, 3, 2
+    inputs = random_inputs(rng, n, d_model, d_k, d_v)
+    inputs.update({"B_Q": rng.normal(size=(1, d_k)), "B_K": rng.normal(size=(1, d_k)),
+                   "B_V": rng.normal(size=(1, d_v))})
+    t = {k: torch.tensor(v, dtype=torch.float64) for k, v in inputs.items()}
+    projected = []
+    for name, width in (("Q", d_k), ("K", d_k), ("V", d_v)):
+        linear = torch.nn.Linear(d_model, width, dtype=torch.float64)
+        with torch.no_grad():
+            linear.weight.copy_(t[f"W_{name}"].T)
+            linear.bias.copy_(t[f"B_{name}"][0])
+            projected.append(linear(t["X"]))
+    exp = F.scaled_dot_product_attention(*(p[None] for p in projected))[0].detach()
+    got = attention_ref(inputs, P(causal=False))["OUTPUT"]
+    np.testing.assert_allclose(got, exp.numpy(), rtol=1e-12, atol=1e-13)
+    assert np.abs(got - attention_ref({k: inputs[k] for k in ("X", "W_Q", "W_K", "W_V")},
+                                      P(causal=False))["OUTPUT"]).max() > 1e-3
+
+    n, d_model, heads = 5, 6, 3
+    inputs = multihead_inputs(np.random.default_rng(12), n, d_model, heads, heads)
+    for name in ("B_Q", "B_K", "B_V", "B_O"):
+        inputs[name] = rng.normal(size=(1, d_model))
+    steps = multihead_ref(inputs, P(heads=heads, kv_heads=None, d_model=d_model, causal=False))
+    mha = torch.nn.MultiheadAttention(d_model, heads, bias=True, batch_first=True,
+                                      dtype=torch.float64)
+    t = {k: torch.tensor(v, dtype=torch.float64) for k, v in inputs.items()}
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([t["W_Q"].T, t["W_K"].T, t["W_V"].T]))
+        mha.in_proj_bias.copy_(torch.cat([t["B_Q"][0], t["B_K"][0], t["B_V"][0]]))
+        mha.out_proj.weight.copy_(t["W_O"].T)
+        mha.out_proj.bias.copy_(t["B_O"][0])
+        out, _ = mha(t["X"][None], t["X"][None], t["X"][None], need_weights=False)
+    np.testing.assert_allclose(steps["OUTPUT"], out[0].numpy(), rtol=1e-12, atol=1e-12)

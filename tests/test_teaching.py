@@ -38,7 +38,7 @@ from workbook_builder.teaching.i18n import Catalog
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 # words allowed in a cell with no Chinese: function names and symbols of equations, labels
 MATH_WORDS = set("""exp max min sum sqrt tanh softmax rowmax rowsum softplus mask cos sin
-concat head act lse out silu sigmoid pos elu relu gelu eps std attnsheets""".split())
+concat head act lse out silu sigmoid pos elu relu gelu erf eps std attnsheets""".split())
 
 
 def english_prose(text: str) -> str | None:

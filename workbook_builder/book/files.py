@@ -29,7 +29,7 @@ from workbook_builder.engines.libreoffice import (
     require_installed,
     soffice_path,
 )
-from workbook_builder.engines.thirdparty import load_workbook, stored_cells
+from workbook_builder.engines.thirdparty import load_workbook, save_workbook, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
@@ -79,16 +79,19 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
 def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
                    given: dict[str, np.ndarray] | None = None, tokens: list[str] | None = None,
                    layout: str = "cells", force: bool = False, lang: str = "en",
-                   exercise=None, max_cells: int = DEFAULT_MAX_CELLS) -> BuiltBook:
+                   exercise=None, max_cells: int = DEFAULT_MAX_CELLS,
+                   note: str | None = None) -> BuiltBook:
     """Build and save atomically; the evaluation that stores the cached values is the only
     one, and its values come back for whoever checks the file next. Limits are checked
-    before any work (`check_fits`, `check_results_finite`)."""
+    before any work (`check_fits`, `check_results_finite`); `note` says on the sheet where
+    the inputs came from."""
     check_writable(path, force)
     labels = kind.labels(params, tokens)
     check_fits(kind, params, labels, exercise, max_cells)
     inputs = complete_inputs(kind, params, given or {}, seed)
     check_results_finite(kind, params, inputs)
-    wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise)
+    wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
+                        note=note)
     values = save_atomic(wb, path, force=force)
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, labels, lang, exercise)
     return BuiltBook(path, wb, spec, values, count_formula_cells(wb))
@@ -168,7 +171,7 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True,
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
     with writing(path), temp_beside(path, ".attnsheets-", ".xlsx") as saved, \
             temp_beside(path, ".attnsheets-", ".xlsx") as stored:
-        wb.save(saved)
+        save_workbook(wb, saved)
         values = None
         if with_values:
             # the workbook in memory is what was just saved: no need to read it back

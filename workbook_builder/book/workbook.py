@@ -41,14 +41,16 @@ class BookSpec:
 
 def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], tokens: list[str],
                    layout: str, lang: str = "en", exercise=None,
-                   student: str | None = None) -> Workbook:
+                   student: str | None = None, note: str | None = None) -> Workbook:
+    """The workbook of a kind; `note` (where the inputs came from, e.g. a checkpoint's
+    layer) is written under the title and on the About sheet."""
     tr = catalog_for(kind, lang, tokens)
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = kind.sheet_title
     sheet = SheetWriter(ws, layout)
     sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
-                f"{kind.describe(params)}; layout={layout}")
+                f"{kind.describe(params)}; layout={layout}" + (f"; {note}" if note else ""))
     kind.lay_out(sheet, params, inputs, tokens)
     if exercise is not None:
         apply_exercise(sheet, kind, params, inputs, tokens, layout, exercise)
@@ -56,7 +58,7 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     translate_sheets(wb, tr, skip=[KEY_SHEET])
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, tokens, lang, exercise,
                     student)
-    _write_about(wb, spec, sorted(n for n in wb.defined_names), tr)
+    _write_about(wb, spec, sorted(n for n in wb.defined_names), tr, note)
     for ws in wb.worksheets:
         print_setup(ws, f"attnsheets — {kind.name} — {ws.title}")
     return wb
@@ -75,7 +77,8 @@ def print_setup(ws, title: str) -> None:
     ws.oddFooter.center.text = "page &P of &N"
 
 
-def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str) -> None:
+def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str,
+                 note: str | None = None) -> None:
     # the keys in column A are read back by `read_spec`, so they stay English
     ws = wb.create_sheet(ABOUT)
     write_text(ws, 1, 1, tr("attnsheets workbook")).font = Font(bold=True, size=14)
@@ -90,6 +93,8 @@ def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str) -> None
         rows.append(("exercise", spec.exercise.to_json()))
     if spec.student is not None:
         rows.append(("student", spec.student))
+    if note is not None:
+        rows.append(("source", note))
     for i, (key, value) in enumerate(rows, start=4):
         write_text(ws, i, 1, key).font = Font(bold=True)
         write_text(ws, i, 2, value)

@@ -3,9 +3,10 @@
 import argparse
 import dataclasses
 import types
+from pathlib import Path
 from typing import Any
 
-from workbook_builder.api import Kind
+from workbook_builder.api import CHECKPOINT_KINDS, Kind
 
 
 def add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
@@ -31,3 +32,28 @@ def explicit_params(kind: type[Kind], namespace) -> dict[str, Any]:
     """The kind's parameters a user set by flag (unset flags are absent from the namespace)."""
     return {f.name: getattr(namespace, f.name) for f in dataclasses.fields(kind.Params)
             if hasattr(namespace, f.name)}
+
+
+def add_checkpoint_flags(parser: argparse.ArgumentParser, kind_name: str) -> None:
+    """--checkpoint and what goes with it, for the kinds a real model's layer can fill."""
+    if kind_name not in CHECKPOINT_KINDS:
+        return
+    parser.add_argument("--checkpoint", type=Path, metavar="PATH",
+                        help="weights and sizes from a model: a Hugging Face model folder, "
+                             "a .zip of one, .safetensors, a torch state dict .pt/.bin, or .npz")
+    parser.add_argument("--layer", type=int, default=0,
+                        help="which layer of the checkpoint (default 0)")
+    parser.add_argument("--prefix", help="the submodule holding the model's weights, e.g. "
+                        "'bert.' (default: found from the names)")
+    parser.add_argument("--text", help="X from this text, tokenised by the checkpoint's "
+                        "tokenizer.json (rows labelled with its tokens)")
+    parser.add_argument("--token-ids", metavar="ID,ID,…",
+                        help="X from these token ids (instead of --text)")
+
+
+def checkpoint_args(args) -> dict:
+    """The checkpoint options of a build, for api.build."""
+    if not hasattr(args, "checkpoint"):  # a kind no checkpoint fills
+        return {}
+    return {"checkpoint": args.checkpoint, "layer": args.layer, "prefix": args.prefix,
+            "text": args.text, "token_ids": args.token_ids}

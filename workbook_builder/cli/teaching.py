@@ -14,6 +14,7 @@ from workbook_builder.api import (
     MANIFEST,
     AttnsheetsError,
     ExerciseSpec,
+    checkpoint_inputs,
     get_kind,
     grade_all,
     kinds,
@@ -22,7 +23,7 @@ from workbook_builder.api import (
     resolve_params,
     run_class,
 )
-from workbook_builder.cli.params import explicit_params
+from workbook_builder.cli.params import add_checkpoint_flags, checkpoint_args, explicit_params
 from workbook_builder.cli.printing import format_grades, printable
 
 
@@ -76,6 +77,7 @@ def add_commands(commands, add_param_flags) -> None:
         add_edition_flags(sub, exercise_required=True)
         sub.add_argument("--force", action="store_true",
                          help="replace the files of an earlier run in DIR")
+        add_checkpoint_flags(sub, name)
 
     grade = commands.add_parser("grade", help="score returned exercise workbooks")
     grade.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR",
@@ -95,11 +97,17 @@ def cmd_class(args) -> bool:
     """True if every workbook verified against the reference."""
     kind = get_kind(args.kind)
     tokens = parse_tokens(args.tokens)
-    params = resolve_params(kind, explicit_params(kind, args), {}, tokens)
+    sizes, given = explicit_params(kind, args), {}
+    # a checkpoint gives every student the same weights (and X, with --text or --token-ids)
+    model = checkpoint_inputs(kind.name, sizes, **checkpoint_args(args))
+    if model is not None:
+        sizes, given, tokens = {**model.params, **sizes}, model.inputs, tokens or model.labels
+    params = resolve_params(kind, sizes, given, tokens)
     exercise = exercise_from_args(args)
     result = run_class(kind, params, args.roster, args.out, exercise, layout=args.layout,
                        lang=args.lang, tokens=tokens, class_seed=args.seed, force=args.force,
-                       id_column=args.id_column, max_cells=args.max_cells)
+                       id_column=args.id_column, max_cells=args.max_cells, given=given,
+                       note=model.note if model is not None else None)
     print(f"wrote {result.students} exercise workbooks, {result.students} answer keys and "
           f"{MANIFEST} to {result.out} ({kind.name}, {kind.describe(params)}, exercise "
           f"{','.join(exercise.steps)}, {result.seconds:.1f} s)")

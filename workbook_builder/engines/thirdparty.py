@@ -9,6 +9,7 @@ give the same results.
 import contextlib
 import functools
 import importlib.util
+import math
 import os
 import sys
 import types
@@ -51,6 +52,31 @@ def load_workbook(path, **options):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Workbook contains no default style")
         return openpyxl.load_workbook(path, **options)
+
+
+def _exact_number_text(value, original) -> str:
+    """A float as the shortest text that reads back as the same double (repr); anything
+    else as openpyxl writes it."""
+    if isinstance(value, float) and math.isfinite(value):
+        return float.__repr__(value)  # not repr(): numpy 2 prints np.float64(…)
+    return original(value)
+
+
+def save_workbook(wb, path, shortcuts: bool | None = None) -> None:
+    """wb.save(path), every float written exactly. openpyxl 3.1 writes numbers with
+    "%.16g" (its cell writer's `safe_string`), 16 significant digits, which can move a
+    double by one unit in the last place; repr's up to 17 read back bit for bit."""
+    if not (OPENPYXL_SHORTCUTS if shortcuts is None else shortcuts):
+        wb.save(path)
+        return
+    import openpyxl.cell._writer as writer
+
+    original = writer.safe_string
+    writer.safe_string = functools.partial(_exact_number_text, original=original)
+    try:
+        wb.save(path)
+    finally:
+        writer.safe_string = original
 
 
 def stored_cells(ws, shortcuts: bool | None = None) -> Iterator[Cell]:
@@ -129,6 +155,26 @@ def _scipy_on_first_use() -> Iterator[None]:
             del sys.modules["scipy.interpolate"]
 
 
+def _erf(lower: float, upper: float | None = None) -> float:
+    """Excel's ERF(lower[, upper]) of two numbers."""
+    return math.erf(lower) if upper is None else math.erf(upper) - math.erf(lower)
+
+
+def _register_array_erf(formulas) -> None:
+    """ERF element by element over arrays, as Excel, LibreOffice and Gnumeric evaluate it
+    inside an array formula (formulas 1.3's own ERF reads one number and gives #VALUE! for
+    a range), so the exact GELU is one array formula in the `blocks` layout. Through the
+    library's public function registry (`get_functions`), as its documentation adds custom
+    functions, and as it registers EXP and TANH (`wrap_ufunc`)."""
+    from formulas.functions import wrap_ufunc
+
+    functions = formulas.get_functions()
+    if not getattr(functions["ERF"], "attnsheets_array", False):
+        array_erf = wrap_ufunc(_erf)
+        array_erf.attnsheets_array = True
+        functions["ERF"] = functions["_XLFN.ERF"] = array_erf
+
+
 def formulas_engine(shortcuts: bool | None = None):
     """The `formulas` module, quiet (no progress bar) and, within the known versions, with
     the fast range assembly in place."""
@@ -149,4 +195,5 @@ def formulas_engine(shortcuts: bool | None = None):
     if not hasattr(RangesAssembler, "_original_push"):
         RangesAssembler._original_push = RangesAssembler.push
     RangesAssembler.push = _push_smaller_side if use else RangesAssembler._original_push
+    _register_array_erf(formulas)
     return formulas

@@ -28,13 +28,14 @@ from workbook_builder.checking.check import compare_block, expected_steps
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
+from workbook_builder.engines.thirdparty import save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, check_fits
 from workbook_builder.sheet.refs import parse_cell, parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
-from workbook_builder.teaching.record import RECORD, student_record, write_record
+from workbook_builder.teaching.record import RECORD, SHARED, student_record, write_record
 
 NAME_MAX = 255  # bytes of one file name on common file systems
 ID_COLUMNS = ("id", "student_id", "student id", "student", "学号")
@@ -159,7 +160,7 @@ class _Edition:
     def write(self, wb, overrides, path: Path, workdir: Path) -> dict:
         raw = workdir / "raw.xlsx"
         wb.calculation.fullCalcOnLoad = True  # applications recompute on open
-        wb.save(raw)
+        save_workbook(wb, raw)
         if self.model is None:
             self.model = FormulasModel(raw)
         values = _evaluate(self.model, overrides)
@@ -205,8 +206,11 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
               layout: str = "cells", lang: str = "en", tokens: list[str] | None = None,
               class_seed: int = 0, force: bool = False,
               id_column: str | None = None,
-              max_cells: int = DEFAULT_MAX_CELLS) -> "ClassResult":
-    """Write every student's exercise and key, and the manifests, verifying each. All is
+              max_cells: int = DEFAULT_MAX_CELLS, given: dict | None = None,
+              note: str | None = None) -> "ClassResult":
+    """Write every student's exercise and key, and the manifests, verifying each. Inputs in
+    `given` (a checkpoint's weights) are the same for every student; the others come from
+    each student's seed. `note` says on each sheet where the inputs came from. All is
     written into a staging folder beside `out` and moved into place at the end: a class
     that fails or is interrupted leaves nothing behind."""
     started = time.perf_counter()
@@ -219,7 +223,8 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
     plan = [(s, f"{kind.name}_{s.stem}.xlsx", f"{kind.name}_{s.stem}_key.xlsx")
             for s in students]
     _check_file_names(plan, roster)
-    names = [name for _, *pair in plan for name in pair] + [MANIFEST, RECORD]
+    names = [name for _, *pair in plan for name in pair] + [MANIFEST, RECORD] + \
+        ([SHARED] if given else [])
     if not force:  # refuse before the work (and again, exclusively, when moving in)
         for name in names:
             if (out / name).exists():
@@ -231,11 +236,11 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
             tempfile.TemporaryDirectory(prefix="attnsheets-class-") as workdir:
         for student, exercise_name, key_name in plan:
             seed = student.seed(class_seed)
-            inputs = complete_inputs(kind, params, {}, seed)
+            inputs = complete_inputs(kind, params, given or {}, seed)
             for edition, name in ((editions["exercise"], exercise_name),
                                   (editions["key"], key_name)):
                 wb = build_workbook(kind, params, inputs, labels, layout, lang=lang,
-                                    exercise=edition.exercise, student=student.id)
+                                    exercise=edition.exercise, student=student.id, note=note)
                 values = edition.write(wb, _input_blocks(wb, kind, params, inputs),
                                        staging / name, Path(workdir))
                 problems += [f"{name}: {p}" for p in
@@ -246,7 +251,7 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
                                           layout, labels, exercise, inputs))
         write_csv(staging / MANIFEST, ["student", "name", "file", "key_file", "seed"],
                   manifest, force=True)
-        write_record(staging / RECORD, records)
+        write_record(staging / RECORD, records, given)
         _move_in(staging, out, names, force)
     return ClassResult(out, len(plan), problems, time.perf_counter() - started)
 

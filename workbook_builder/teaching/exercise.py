@@ -23,7 +23,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.checking.names import NamedRange, find_block
-from workbook_builder.engines.thirdparty import load_workbook
+from workbook_builder.engines.thirdparty import load_workbook, save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
@@ -169,4 +169,4 @@ def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict) ->
         for i in range(where.shape[0]):
             for j in range(where.shape[1]):
                 ws.cell(where.top + i, where.left + j).value = float(expected[step][i, j])
-    wb.save(target)
+    save_workbook(wb, target)

@@ -5,12 +5,14 @@ A returned workbook is the student's to edit: its About sheet, its inputs and it
 key can all be changed. The record, written by `class` on the teacher's side, holds per
 student what grading needs: the kind, parameters, layout, tokens, seed (the inputs are
 drawn from it again), the exercise's steps and tolerance, the file names and a digest of
-the inputs written. `manifest.csv` beside it is the same list for people.
+the inputs written. Inputs every student shares (a checkpoint's weights, not drawn from
+a seed) are kept beside it in `manifest_inputs.npz`, whose digest the record holds.
+`manifest.csv` beside it is the same list for people.
 """
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from workbook_builder.sheet.registry import get_kind
 from workbook_builder.teaching.exercise import ExerciseSpec
 
 RECORD = "manifest.json"
+SHARED = "manifest_inputs.npz"  # inputs given to every student (a checkpoint's weights)
 FORMAT = "attnsheets-class-record/1"
 DIGEST_DIGITS = 12  # significant digits hashed: any application's save keeps far more
 
@@ -55,6 +58,8 @@ class StudentRecord:
     steps: tuple[str, ...]
     tolerance: float
     inputs_sha256: str
+    # the inputs every student shares, from SHARED (not in the JSON)
+    shared: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     def kind_params(self):
         kind = get_kind(self.kind)
@@ -64,7 +69,7 @@ class StudentRecord:
         """The inputs `class` wrote, drawn again from the recorded seed (and checked against
         the recorded digest, so a different drawing is never graded against)."""
         kind, params = self.kind_params()
-        inputs = complete_inputs(kind, params, {}, self.seed)
+        inputs = complete_inputs(kind, params, self.shared or {}, self.seed)
         if inputs_digest(inputs) != self.inputs_sha256:
             raise UserError(f"the manifest's inputs of student {self.student} cannot be drawn "
                             f"again from seed {self.seed} by attnsheets {__version__}; "
@@ -80,13 +85,37 @@ def student_record(student: str, name: str, file: str, key_file: str, seed: int,
                          inputs_digest(inputs))
 
 
-def write_record(path: Path, students: list[StudentRecord]) -> None:
-    """The record as JSON, written atomically (the folder is the class's staging folder)."""
+def write_record(path: Path, students: list[StudentRecord],
+                 shared: dict[str, np.ndarray] | None = None) -> None:
+    """The record as JSON, written atomically (the folder is the class's staging folder),
+    and the inputs every student shares, if any, as SHARED beside it."""
     data = {"format": FORMAT, "generator": f"attnsheets {__version__}",
-            "students": [{**asdict(s), "steps": list(s.steps)} for s in students]}
+            "students": [{**{k: v for k, v in asdict(s).items() if k != "shared"},
+                          "steps": list(s.steps)} for s in students]}
+    if shared:
+        data["shared_inputs"] = {"file": SHARED, "sha256": inputs_digest(shared)}
+        with temp_beside(path, ".attnsheets-", ".npz") as tmp:
+            with tmp.open("wb") as handle:
+                np.savez_compressed(handle, **shared)
+            move_into_place(tmp, path.with_name(SHARED), force=True)
     with temp_beside(path, ".attnsheets-", ".json") as tmp:
         tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
         move_into_place(tmp, path, force=True)
+
+
+def _read_shared(path: Path, entry: Any) -> dict[str, np.ndarray]:
+    """The inputs every student shares, checked against the record's digest."""
+    try:
+        shared_path = path.with_name(Path(str(entry["file"])).name)
+        with np.load(shared_path, allow_pickle=False) as data:
+            shared = {name: np.asarray(data[name], dtype=float) for name in data.files}
+    except (KeyError, TypeError, OSError, ValueError) as exc:
+        raise UserError(f"{path}: the shared inputs {SHARED} beside it cannot be read "
+                        f"({exc})") from None
+    if inputs_digest(shared) != entry.get("sha256"):
+        raise UserError(f"{path.with_name(SHARED)} is not the file the manifest recorded "
+                        f"(its digest differs)")
+    return shared
 
 
 def read_record(path: Path) -> list[StudentRecord]:
@@ -115,6 +144,9 @@ def read_record(path: Path) -> list[StudentRecord]:
             from None
     if not students:
         raise UserError(f"{path}: the manifest lists no students")
+    if "shared_inputs" in data:
+        shared = _read_shared(path, data["shared_inputs"])
+        students = [replace(s, shared=shared) for s in students]
     return students
 
 

@@ -1,0 +1,67 @@
+"""Where a model family keeps each of our inputs: one small table per family, as data.
+
+Each entry maps an input block of the sheets to the checkpoint's tensor name ({layer} is
+the layer number) and how it enters: LINEAR is an nn.Linear weight, stored out×in, which the
+loader transposes into the sheets' X·W orientation (in×out); ROW is a vector (a bias, a
+LayerNorm γ or β) that becomes a 1×d row; TABLE is an embedding table whose rows are looked up
+by position or token id. A new family (GPT-2, LLaMA, …) adds one table the same way.
+"""
+
+from dataclasses import dataclass
+
+LINEAR, ROW, TABLE = "linear", "row", "table"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]      # config.json's model_type values it reads
+    # the tensor every checkpoint of the family holds (layer 0): where it is found tells
+    # the prefix ("" for BertModel, "bert." inside BertForMaskedLM, …)
+    anchor: str
+    layer: dict[str, tuple[str, str]]         # input -> (tensor name, LINEAR | ROW)
+    embeddings: dict[str, tuple[str, str]]    # input -> (tensor name, ROW | TABLE)
+    # config.json key -> our parameter
+    config: dict[str, str]
+    layers_key: str                   # config.json's number of layers
+    post_ln: bool = True              # LayerNorm after each residual (BERT) or before
+
+
+def _bert_layer() -> dict[str, tuple[str, str]]:
+    base = "encoder.layer.{layer}."
+    table = {}
+    for ours, theirs in (("Q", "attention.self.query"), ("K", "attention.self.key"),
+                         ("V", "attention.self.value"), ("O", "attention.output.dense"),
+                         ("1", "intermediate.dense"), ("2", "output.dense")):
+        table[f"W_{ours}"] = (base + theirs + ".weight", LINEAR)
+        table[f"B_{ours}"] = (base + theirs + ".bias", ROW)
+    for ours, theirs in (("LN1", "attention.output.LayerNorm"), ("LN2", "output.LayerNorm")):
+        table[f"{ours}_GAMMA"] = (base + theirs + ".weight", ROW)
+        table[f"{ours}_BETA"] = (base + theirs + ".bias", ROW)
+    return table
+
+
+BERT = Family(
+    name="BERT",
+    model_types=("bert",),
+    anchor="encoder.layer.0.attention.self.query.weight",
+    layer=_bert_layer(),
+    embeddings={"WORD_EMB": ("embeddings.word_embeddings.weight", TABLE),
+                "POS_EMB": ("embeddings.position_embeddings.weight", TABLE),
+                "TYPE_EMB": ("embeddings.token_type_embeddings.weight", TABLE),
+                "EMB_GAMMA": ("embeddings.LayerNorm.weight", ROW),
+                "EMB_BETA": ("embeddings.LayerNorm.bias", ROW)},
+    config={"hidden_size": "d_model", "num_attention_heads": "heads",
+            "intermediate_size": "d_ff", "layer_norm_eps": "ln_eps"},
+    layers_key="num_hidden_layers",
+)
+
+FAMILIES = (BERT,)
+# the kinds a checkpoint can fill, and the family tables they read
+KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,)}
+# config.json hidden_act -> (activation, gelu form)
+ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
+               "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh")}
+# tensor names that tell other families apart, for a helpful error
+SIGNATURES = {"GPT-2": "h.0.attn.c_attn.weight", "LLaMA": "layers.0.self_attn.q_proj.weight",
+              "T5": "encoder.block.0.layer.0.SelfAttention.q.weight"}

@@ -1,0 +1,190 @@
+"""Reading a checkpoint from disk: its tensors by name, its config.json and tokenizer.json.
+
+A checkpoint is a Hugging Face model folder (config.json + model.safetensors or
+pytorch_model.bin), a zip of one, a bare .safetensors file, a torch state dict (.pt/.bin,
+read with weights_only=True; only this format needs PyTorch), or a NumPy .npz. Nothing here
+is imported at start-up beyond NumPy and the standard library: safetensors files are read by
+the small reader below, from the format's specification (an 8-byte little-endian header
+length, a JSON header of name -> dtype, shape, data_offsets, then the raw bytes).
+"""
+
+import io
+import json
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from workbook_builder.errors import UserError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# safetensors dtype -> NumPy (little-endian); BF16 is widened by hand below
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+           "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
+@dataclass
+class Checkpoint:
+    """Tensors by name (each read when first asked for), with the config and tokenizer
+    that came with them (None for a bare weights file)."""
+
+    source: str
+    shapes: dict[str, tuple[int, ...]]
+    _read: Callable[[str], np.ndarray]
+    config: dict | None = None
+    tokenizer_json: str | None = None
+    _cache: dict = field(default_factory=dict)
+
+    def tensor(self, name: str) -> np.ndarray:
+        """The tensor as float64 (integer tensors stay integers)."""
+        if name not in self._cache:
+            value = np.asarray(self._read(name))
+            self._cache[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
+        return self._cache[name]
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """Any of the formats above, or one line saying why not."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such checkpoint")
+    if path.is_dir():
+        return _from_folder(path)
+    suffix = path.suffix.lower()
+    if suffix == ".zip":
+        return _from_zip(path)
+    if suffix == ".safetensors":
+        return _safetensors(path.read_bytes(), str(path))
+    if suffix in (".pt", ".pth", ".bin"):
+        return _torch_state_dict(path.read_bytes(), str(path))
+    if suffix == ".npz":
+        return _npz(path)
+    raise UserError(f"{path}: not a checkpoint this tool reads (a model folder, .zip, "
+                    f".safetensors, .pt/.bin or .npz)")
+
+
+def _json(text: bytes | str, where: str) -> dict:
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{where}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: expected a JSON object")
+    return data
+
+
+def _weights(data: bytes, where: str) -> Checkpoint:
+    return _safetensors(data, where) if where.endswith(".safetensors") else \
+        _torch_state_dict(data, where)
+
+
+def _from_folder(folder: Path) -> Checkpoint:
+    found = [folder / name for name in WEIGHT_FILES if (folder / name).exists()]
+    if not found:
+        raise UserError(f"{folder}: a model folder holds {' or '.join(WEIGHT_FILES)}; "
+                        f"this one has neither")
+    checkpoint = _weights(found[0].read_bytes(), str(found[0]))
+    config, tokenizer = folder / "config.json", folder / "tokenizer.json"
+    if config.exists():
+        checkpoint.config = _json(config.read_bytes(), str(config))
+    if tokenizer.exists():
+        checkpoint.tokenizer_json = tokenizer.read_text(encoding="utf-8")
+    return checkpoint
+
+
+def _from_zip(path: Path) -> Checkpoint:
+    """A zip of a model folder, at its root or inside one folder (the shallowest wins)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {PurePosixPath(n): n for n in archive.namelist()}
+            weights = sorted((p for p in members if p.name in WEIGHT_FILES),
+                             key=lambda p: (len(p.parts), WEIGHT_FILES.index(p.name)))
+            if not weights:
+                raise UserError(f"{path}: the zip holds no {' or '.join(WEIGHT_FILES)}")
+            folder = weights[0].parent
+            where = f"{path}!{members[weights[0]]}"
+            checkpoint = _weights(archive.read(members[weights[0]]), where)
+            config, tokenizer = folder / "config.json", folder / "tokenizer.json"
+            if config in members:
+                checkpoint.config = _json(archive.read(members[config]),
+                                          f"{path}!{members[config]}")
+            if tokenizer in members:
+                checkpoint.tokenizer_json = archive.read(members[tokenizer]).decode("utf-8")
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UserError(f"{path}: not a readable zip ({exc})") from None
+    checkpoint.source = str(path)
+    return checkpoint
+
+
+def _safetensors(data: bytes, where: str) -> Checkpoint:
+    """The documented layout: u64 header length, JSON header, the tensors' bytes."""
+    if len(data) < 8:
+        raise UserError(f"{where}: not a safetensors file (shorter than its header length)")
+    length = int.from_bytes(data[:8], "little")
+    if 8 + length > len(data):
+        raise UserError(f"{where}: truncated or not a safetensors file (its header needs "
+                        f"{length} bytes, the file has {len(data) - 8})")
+    header = _json(data[8:8 + length], f"{where} (safetensors header)")
+    body = memoryview(data)[8 + length:]
+    entries, shapes = {}, {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (start, end) = info["dtype"], tuple(info["shape"]), \
+                info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{where}: tensor {name} has no readable dtype/shape/offsets in "
+                            f"the header") from None
+        if dtype not in _DTYPES and dtype != "BF16":
+            raise UserError(f"{where}: tensor {name} has dtype {dtype}, which this reader "
+                            f"does not know")
+        if end > len(body):
+            raise UserError(f"{where}: truncated: tensor {name} ends at byte {end} of the "
+                            f"data, the file holds {len(body)}")
+        entries[name], shapes[name] = (dtype, shape, start, end), shape
+
+    def read(name: str) -> np.ndarray:
+        dtype, shape, start, end = entries[name]
+        raw = body[start:end]
+        if dtype == "BF16":  # the top half of a float32
+            bits = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
+            return bits.view(np.float32).reshape(shape)
+        return np.frombuffer(raw, _DTYPES[dtype]).reshape(shape)
+
+    return Checkpoint(where, shapes, read)
+
+
+def _torch_state_dict(data: bytes, where: str) -> Checkpoint:
+    try:
+        import torch
+    except ImportError:
+        raise UserError(f"{where}: reading a torch state dict needs PyTorch (pip install "
+                        f"torch), or give the model as .safetensors or .npz") from None
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types on damaged or unsafe files
+        raise UserError(f"{where}: not a readable torch state dict "
+                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                        ) from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise UserError(f"{where}: holds a {type(state).__name__}, not a state dict")
+    tensors = {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+    def read(name: str) -> np.ndarray:
+        value = tensors[name].detach()
+        return (value.to(torch.float64) if value.is_floating_point() else value).numpy()
+
+    return Checkpoint(where, {k: tuple(v.shape) for k, v in tensors.items()}, read)
+
+
+def _npz(path: Path) -> Checkpoint:
+    try:
+        arrays = dict(np.load(path, allow_pickle=False))
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise UserError(f"{path}: not a readable .npz ({exc})") from None
+    return Checkpoint(str(path), {k: v.shape for k, v in arrays.items()}, arrays.__getitem__)
