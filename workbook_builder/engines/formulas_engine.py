@@ -22,7 +22,7 @@ from openpyxl.utils import column_index_from_string
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.engines.thirdparty import formulas_engine, load_workbook, stored_cells
+from workbook_builder.engines.thirdparty import load_workbook, model_from_dict, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.limits import EXCEL_COLS, EXCEL_ROWS, named_extent
@@ -168,7 +168,10 @@ class FormulasModel:
     inputs) are parsed once."""
 
     def __init__(self, source: Path | Workbook, book: str | None = None,
-                 bounded: bool = False):
+                 bounded: bool = False, share_compiled: bool | None = None):
+        """`share_compiled`: compile each formula form once (`model_from_dict`); None
+        within the engine versions that was written for, False for the engine's per-cell
+        path."""
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
         else:
@@ -177,7 +180,7 @@ class FormulasModel:
         # input blocks: one range node each; read back from the file, not from the engine
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
         with _quiet_numpy():
-            self._model = formulas_engine().ExcelModel().from_dict(entries)
+            self._model = model_from_dict(entries, self._book, share_compiled)
 
     def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
         """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""

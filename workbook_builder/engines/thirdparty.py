@@ -6,11 +6,13 @@ release can make us slower but never wrong. tests/test_thirdparty.py shows that 
 give the same results.
 """
 
+import collections
 import contextlib
 import functools
 import importlib.util
 import math
 import os
+import re
 import sys
 import types
 import warnings
@@ -197,3 +199,206 @@ def formulas_engine(shortcuts: bool | None = None):
     RangesAssembler.push = _push_smaller_side if use else RangesAssembler._original_push
     _register_array_erf(formulas)
     return formulas
+
+
+# A formula's references, for its relative (R1C1) form: an optional sheet ('quoted name'! or
+# NAME!) and a cell or cell range; string literals are matched first and kept as they are
+_FORMULA_PART = re.compile(
+    r'(?P<string>"(?:[^"]|"")*")'
+    r"|(?<![\w.$'!\]])(?P<sheet>'(?:[^']|'')+'!|[A-Za-z_][\w.]*!)?"
+    r"(?P<ref>\$?[A-Za-z]{1,3}\$?\d+(?::\$?[A-Za-z]{1,3}\$?\d+)?)(?![\w(!:.$])")
+_CELL_PART = re.compile(r"(\$?)([A-Za-z]{1,3})(\$?)(\d+)")
+# what a formula's value may take from its own position (ROW() is folded into a constant
+# when compiled), or from references it builds (OFFSET, INDIRECT), an external book, whole
+# rows or columns, implicit intersection
+_POSITIONAL = re.compile(r"\b(ROW|COLUMN|OFFSET|INDIRECT|CELL|ADDRESS|INFO|FORMULATEXT|"
+                         r"ISFORMULA|SHEET|SHEETS|GETPIVOTDATA)\s*\(|[@\[{#]|"
+                         r"\$?\b[A-Za-z]{1,3}:\$?[A-Za-z]{1,3}\b|\$?\b\d+:\$?\d+\b", re.I)
+
+
+def _column_number(letters: str) -> int:
+    number = 0
+    for ch in letters.upper():
+        number = number * 26 + ord(ch) - 64
+    return number
+
+
+def _column_letters(number: int) -> str:
+    letters = ""
+    while number:
+        number, rest = divmod(number - 1, 26)
+        letters = chr(65 + rest) + letters
+    return letters
+
+
+def formula_form(formula: str, row: int, col: int):
+    """A formula's relative (R1C1) form, the same for every cell its text was filled down or
+    across to, and its references in order: [(sheet text or "", ((row, col), …)), …].
+    None when the formula may depend on its own position or is not understood."""
+    outside_strings = re.sub(r'"(?:[^"]|"")*"', '""', formula)
+    if _POSITIONAL.search(outside_strings) or outside_strings.count('"') % 2:
+        return None
+    pieces, refs, last = [], [], 0
+    for match in _FORMULA_PART.finditer(formula):
+        if match.group("string") is not None:
+            continue
+        corners, relative = [], []
+        for dollar_col, letters, dollar_row, digits in _CELL_PART.findall(match.group("ref")):
+            r, c = int(digits), _column_number(letters)
+            corners.append((r, c))
+            relative.append((f"R{r}" if dollar_row else f"R[{r - row}]") +
+                            (f"C{c}" if dollar_col else f"C[{c - col}]"))
+        sheet = match.group("sheet") or ""
+        pieces += [formula[last:match.start()], sheet.upper(), ":".join(relative)]
+        refs.append((sheet, tuple(corners)))
+        last = match.end()
+    pieces.append(formula[last:])
+    return "\0".join(pieces), refs
+
+
+def _sheet_name(sheet_text: str) -> str:
+    """'my sheet'! or SHEET! -> the sheet's name."""
+    name = sheet_text[:-1]
+    if name.startswith("'"):
+        name = name[1:-1].replace("''", "'")
+    return name
+
+
+def _engine_key(book: str, own_sheet: str, ref) -> str | None:
+    """The name the engine gives a reference in a formula on `own_sheet`: "'[book]SHEET'!A1"
+    (None for a range whose corners are not top-left, bottom-right)."""
+    sheet_text, corners = ref
+    sheet = (_sheet_name(sheet_text) if sheet_text else own_sheet).upper()
+    if len(corners) == 2 and (corners[0][0] > corners[1][0] or corners[0][1] > corners[1][1]):
+        return None
+    cells = ":".join(f"{_column_letters(c)}{r}" for r, c in corners)
+    return f"'[{book}]{sheet}'!{cells}"
+
+
+def _template_keys(func, book: str, own_sheet: str, refs) -> list[str] | None:
+    """The engine's input name of each of the template's references, in order, when they
+    are the compiled function's inputs one-to-one (besides defined names); else None."""
+    keys = [_engine_key(book, own_sheet, ref) for ref in refs]
+    if None in keys:
+        return None
+    forms: dict[str, set] = {}
+    for key, ref in zip(keys, refs, strict=True):  # $A$1 and A1 in one cell: one input, two forms
+        forms.setdefault(key, set()).add(ref)
+    if any(len(found) > 1 for found in forms.values()):
+        return None
+    names = set(func.inputs) - set(keys)
+    if not set(keys) <= set(func.inputs) or \
+            not all(re.fullmatch(rf"'\[{re.escape(book)}\]'!\w+", n) for n in names):
+        return None
+    return keys
+
+
+class _SharedForm:
+    """The first cell of a formula form, compiled, and what each other cell needs of it."""
+
+    def __init__(self, template, keys: list[str]):
+        self.template, self.keys = template, keys
+
+
+def _shared_cell(form: _SharedForm, reference: str, formula: str, own_sheet: str, refs,
+                 book: str, references: dict):
+    """A cell of `form`'s formula shape: the template's compiled function, fed the cell's
+    own references (mapped to the template's by their place in the formula, never by the
+    sorted order of the names). None when a reference cannot be mapped."""
+    from formulas.cell import Cell, wrap_cell_func
+    from formulas.ranges import Ranges
+
+    template_func = form.template.func.func  # the engine's compiled function (a pipe)
+    own = {}
+    for template_key, ref in zip(form.keys, refs, strict=True):
+        key = _engine_key(book, own_sheet, ref)
+        if key is None or own.setdefault(template_key, key) != key:
+            return None
+    if len(set(own.values())) != len(own):  # two template inputs onto one cell
+        return None
+    cell = Cell(reference, None, check_formula=False)
+    inputs = collections.OrderedDict()
+    for template_key, template_range in template_func.inputs.items():
+        key = own.get(template_key)
+        inputs[template_key] = template_range if key is None else Ranges().push(key)
+    cell.func = wrap_cell_func(template_func, cell._args)
+    cell.func.inputs = inputs  # the cell's own ranges under the template's input names
+    # its own name in the graph: one shared name would make finding an unused one O(cells²)
+    cell.func.__name__ = formula
+    cell.update_inputs(references=references)
+    return cell
+
+
+# "'[book.xlsx]SHEET'!C5:F9" -> SHEET, C5:F9
+_KEY_PARTS = re.compile(r"^'\[[^\]]*\](?P<sheet>[^']+)'!"
+                        r"(?P<range>[A-Z]{1,3}\d+(?::[A-Z]{1,3}\d+)?)$")
+
+
+def _independent_of_position(func) -> bool:
+    """The compiled function reads nothing of the cell it was compiled for."""
+    from formulas.cell import CELL
+
+    return CELL not in func.dsp.nodes
+
+
+def model_from_dict(adict: dict, book: str, shortcuts: bool | None = None):
+    """`ExcelModel().from_dict(adict)`, every formula form parsed and compiled once: the
+    first cell of a relative (R1C1) form is compiled by the engine, every other cell of the
+    form gets that compiled function with its own references. A form that may depend on
+    its own position, or whose references do not map one-to-one, takes the engine's own
+    per-cell path; so do all formulas outside the versions this was written for."""
+    formulas = formulas_engine()
+    known = within(formulas.__version__, *FORMULAS_VERSIONS)
+    model = formulas.ExcelModel()
+    if not (known if shortcuts is None else shortcuts):
+        return model.from_dict(adict)
+    import schedula as sh
+    from formulas.cell import Cell, Ref
+    from formulas.ranges import Ranges
+
+    refs, cells, nodes, shaped = {}, {}, set(), {}
+    for k, v in adict.items():
+        if isinstance(v, str) and v.upper() == "#EMPTY":
+            v = [[sh.EMPTY]]
+        position = _KEY_PARTS.match(k) if isinstance(v, str) and v.startswith("=") else None
+        if position:
+            sheet, ref = position.group("sheet"), position.group("range")
+            top_left = _CELL_PART.match(ref)
+            found = formula_form(v, int(top_left.group(4)), _column_number(top_left.group(2)))
+            if found is not None:
+                form, formula_refs = found
+                shape = Ranges().push(k).ranges[0]
+                size = (int(shape["r2"]) - int(shape["r1"]), shape["n2"] - shape["n1"])
+                shaped[k] = ((sheet, size, form), sheet, formula_refs, v)
+                cells[k] = None  # made below, kept in this order
+                continue
+        try:
+            cell = Cell(k, v, replace_missing_ref=True)
+        except ValueError:
+            cell = Ref(k, v).compile()
+            refs[cell.output] = None
+            nodes.update(cell.add(model.dsp))
+        cells[cell.output] = cell
+    model._update_refs(nodes, refs)
+    forms: dict[tuple, _SharedForm | None] = {}
+    for k, (form_key, sheet, formula_refs, v) in shaped.items():
+        cell = None
+        form = forms.get(form_key)
+        if form is not None:
+            cell = _shared_cell(form, k, v, sheet, formula_refs, book, refs)
+        if cell is None:
+            cell = Cell(k, v, replace_missing_ref=True).compile(references=refs)
+            if form_key not in forms:
+                keys = _template_keys(cell.func.func, book, sheet, formula_refs) \
+                    if cell.func and _independent_of_position(cell.func.func) else None
+                forms[form_key] = None if keys is None else _SharedForm(cell, keys)
+        cells[k] = cell
+    cells = {cell.output: cell for cell in cells.values()}
+    for k, cell in cells.items():
+        if k not in refs:
+            nodes.update(cell.compile(references=refs).add(model.dsp))
+    model.cells.update(cells)
+    model.assemble()
+    model.inverse_references()
+    return model
+
