@@ -77,6 +77,19 @@ def block_values(path: Path, name: str) -> list[list]:
             for i in range(where.shape[0])]
 
 
+def evaluated_blocks(path: Path, values: dict, names) -> dict[str, np.ndarray]:
+    """Named blocks of a workbook as an engine computed them (`values`: that engine's cell
+    values, e.g. `evaluate_with_formulas(path)` or a build's own)."""
+    wb = load_workbook(path)
+    blocks = {}
+    for name in names:
+        where = find_name(wb, name, path)
+        blocks[name] = np.array([[values[(where.sheet.upper(), where.top + i, where.left + j)]
+                                  for j in range(where.shape[1])]
+                                 for i in range(where.shape[0])], dtype=float)
+    return blocks
+
+
 # -- exercises -------------------------------------------------------------------------------
 
 ATTENTION = {"seq_len": 3, "d_model": 2, "d_k": 2}

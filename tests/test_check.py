@@ -4,7 +4,7 @@ caught and its step named, and unreadable inputs are refused with the cell's add
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build
+from conftest import build, evaluated_blocks
 
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
@@ -99,10 +99,7 @@ def test_check_values_equal_the_reference_of_the_edited_inputs(tmp_path):
     wb.save(path)
     from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 
-    values = evaluate_with_formulas(path)
-    where = find_name(wb, "OUTPUT", path)
-    got = np.array([[values[(where.sheet.upper(), where.top + i, where.left + j)]
-                     for j in range(where.shape[1])] for i in range(3)])
+    got = evaluated_blocks(path, evaluate_with_formulas(path), ["OUTPUT"])["OUTPUT"]
     w = {}
     for n in ("W_Q", "W_K", "W_V"):
         place = find_name(wb, n, path)

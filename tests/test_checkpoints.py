@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli, fill, one_line_error, requires_transformers
+from conftest import cli, evaluated_blocks, fill, one_line_error, requires_transformers
 
 from workbook_builder import api, demo
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.models.loader import model_inputs
 
@@ -88,18 +87,6 @@ def bert_forward(folder: Path, ids: list[int]):
             [a[0].numpy() for a in out.attentions], dense)
 
 
-def sheet_blocks(path: Path, values, names) -> dict[str, np.ndarray]:
-    """Named blocks of a workbook as an engine computed them."""
-    wb = api.open_workbook(path)
-    blocks = {}
-    for name in names:
-        where = find_name(wb, name, path)
-        blocks[name] = np.array([[values[(where.sheet.upper(), where.top + i, where.left + j)]
-                                  for j in range(where.shape[1])]
-                                 for i in range(where.shape[0])], dtype=float)
-    return blocks
-
-
 def assert_close(got, exp, what):
     error = np.abs(got - exp).max() / max(1.0, np.abs(exp).max())
     print(f"{what}: max relative |sheet − transformers| = {error:.1e}")
@@ -124,7 +111,7 @@ def test_encoder_block_equals_bert_layer(tiny_bert, tmp_path, layer):
     assert book.spec.tokens[:3] == ["[CLS]", "the", "animal"]
     names = ["X", "OUTPUT", "WEIGHTS_H1", "WEIGHTS_H2"]
     for engine, values in engines(path, book):
-        got = sheet_blocks(path, values, names)
+        got = evaluated_blocks(path, values, names)
         assert_close(got["X"], hidden[layer], f"{engine} layer {layer} X")
         assert_close(got["OUTPUT"], hidden[layer + 1], f"{engine} layer {layer} OUTPUT")
         for h in range(2):
@@ -140,7 +127,7 @@ def test_multihead_equals_bert_attention_with_biases(tiny_bert, tmp_path):
                      token_ids=",".join(map(str, ids)), layout="cells")
     assert book.params.bias and book.spec.tokens[1] == "the"
     for engine, values in engines(path, book):
-        got = sheet_blocks(path, values, ["X", "OUTPUT", "WEIGHTS_H2"])
+        got = evaluated_blocks(path, values, ["X", "OUTPUT", "WEIGHTS_H2"])
         assert_close(got["X"], hidden[1], f"{engine} X")
         assert_close(got["OUTPUT"], dense[1], f"{engine} OUTPUT")
         assert_close(got["WEIGHTS_H2"], attentions[1][1], f"{engine} head 2 weights")
@@ -388,7 +375,7 @@ def test_minilm_layer_0_equals_transformers(tmp_path):
     ids = token_ids(folder)
     hidden, attentions, _ = bert_forward(folder, ids)
     it = book.spec.tokens.index("it")
-    got = sheet_blocks(path, book.values, ["OUTPUT"] + [f"WEIGHTS_H{h + 1}"
+    got = evaluated_blocks(path, book.values, ["OUTPUT"] + [f"WEIGHTS_H{h + 1}"
                                                         for h in range(12)])
     assert_close(got["OUTPUT"], hidden[1], "MiniLM layer 0 OUTPUT")
     for h in range(12):

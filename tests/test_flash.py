@@ -6,7 +6,7 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, requires_torch
+from conftest import build, cli, evaluated_blocks, one_line_error, requires_torch
 
 from reference.attention import attention_ref
 from reference.flash import block_bounds, flash_ref
@@ -104,18 +104,6 @@ def test_reference_equals_torch_sdpa_and_logsumexp(n, b, causal):
     assert error <= tol and lse_error <= tolerance(lse.numpy(), n)
 
 
-def named_values(path, names):
-    """Blocks as the `formulas` engine evaluates the workbook's own formulas."""
-    wb, values = openpyxl.load_workbook(path), evaluate_with_formulas(path)
-    blocks = {}
-    for name in names:
-        where = find_name(wb, name, path)
-        blocks[name] = np.array([[values[(where.sheet.upper(), where.top + i, where.left + j)]
-                                  for j in range(where.shape[1])]
-                                 for i in range(where.shape[0])], dtype=float)
-    return blocks
-
-
 @pytest.mark.parametrize("layout,causal", [("cells", True), ("blocks", False),
                                            ("blocks", True)])
 def test_sheet_output_equals_attention_sheet_output(tmp_path, layout, causal):
@@ -125,7 +113,8 @@ def test_sheet_output_equals_attention_sheet_output(tmp_path, layout, causal):
                   name="flash.xlsx")
     plain = build(tmp_path, "attention", sizes, layout, seed=11, name="attention.xlsx")
     names = ["X", "W_Q", "W_K", "W_V", "OUTPUT"]
-    got, exp = named_values(flash, names + ["MAX_ABS_DIFF"]), named_values(plain, names)
+    got = evaluated_blocks(flash, evaluate_with_formulas(flash), names + ["MAX_ABS_DIFF"])
+    exp = evaluated_blocks(plain, evaluate_with_formulas(plain), names)
     for name in names[:4]:
         np.testing.assert_array_equal(got[name], exp[name])
     error = np.abs(got["OUTPUT"] - exp["OUTPUT"]).max()

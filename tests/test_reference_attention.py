@@ -103,19 +103,30 @@ def test_multihead_ref_equals_torch_sdpa_with_gqa(n, d_model, heads, groups, cau
 @requires_torch
 def test_multihead_ref_equals_torch_multihead_attention():
     """nn.MultiheadAttention computes y = x·Wᵀ, so our X @ W weights enter transposed."""
-    import torch
-
     n, d_model, heads = 5, 6, 3
     inputs = multihead_inputs(np.random.default_rng(11), n, d_model, heads, heads)
     steps = multihead_ref(inputs, P(heads=heads, kv_heads=None, d_model=d_model, causal=False))
-    mha = torch.nn.MultiheadAttention(d_model, heads, bias=False, batch_first=True,
-                                      dtype=torch.float64)
+    np.testing.assert_allclose(steps["OUTPUT"], torch_multihead(inputs, heads), rtol=1e-12,
+                               atol=1e-12)
+
+
+def torch_multihead(inputs: dict[str, np.ndarray], heads: int) -> np.ndarray:
+    """nn.MultiheadAttention's output on our inputs (weights transposed into its y = x·Wᵀ;
+    with B_Q, B_K, B_V, B_O given, its biases too)."""
+    import torch
+
+    bias = "B_Q" in inputs
     t = {k: torch.tensor(v, dtype=torch.float64) for k, v in inputs.items()}
+    mha = torch.nn.MultiheadAttention(t["W_O"].shape[1], heads, bias=bias, batch_first=True,
+                                      dtype=torch.float64)
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([t["W_Q"].T, t["W_K"].T, t["W_V"].T]))
         mha.out_proj.weight.copy_(t["W_O"].T)
+        if bias:
+            mha.in_proj_bias.copy_(torch.cat([t["B_Q"][0], t["B_K"][0], t["B_V"][0]]))
+            mha.out_proj.bias.copy_(t["B_O"][0])
         out, _ = mha(t["X"][None], t["X"][None], t["X"][None], need_weights=False)
-    np.testing.assert_allclose(steps["OUTPUT"], out[0].numpy(), rtol=1e-12, atol=1e-12)
+    return out[0].numpy()
 
 
 def test_multihead_with_one_head_is_single_head_attention():
@@ -160,13 +171,5 @@ def test_biases_are_nn_linear_biases():
     for name in ("B_Q", "B_K", "B_V", "B_O"):
         inputs[name] = rng.normal(size=(1, d_model))
     steps = multihead_ref(inputs, P(heads=heads, kv_heads=None, d_model=d_model, causal=False))
-    mha = torch.nn.MultiheadAttention(d_model, heads, bias=True, batch_first=True,
-                                      dtype=torch.float64)
-    t = {k: torch.tensor(v, dtype=torch.float64) for k, v in inputs.items()}
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([t["W_Q"].T, t["W_K"].T, t["W_V"].T]))
-        mha.in_proj_bias.copy_(torch.cat([t["B_Q"][0], t["B_K"][0], t["B_V"][0]]))
-        mha.out_proj.weight.copy_(t["W_O"].T)
-        mha.out_proj.bias.copy_(t["B_O"][0])
-        out, _ = mha(t["X"][None], t["X"][None], t["X"][None], need_weights=False)
-    np.testing.assert_allclose(steps["OUTPUT"], out[0].numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(steps["OUTPUT"], torch_multihead(inputs, heads), rtol=1e-12,
+                               atol=1e-12)

@@ -14,6 +14,7 @@ from conftest import (
     build,
     cell_of,
     cli,
+    evaluated_blocks,
     one_line_error,
     requires_libreoffice,
     requires_torch,
@@ -23,7 +24,6 @@ from reference.attention import attention_ref
 from reference.sliding_window import sliding_window_ref, window_allowed
 from sheets.sliding_window import SlidingWindowParams
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.sheet.kind import complete_inputs, make_params
@@ -200,16 +200,10 @@ def test_random_reference_equals_torch_sdpa(case):
                                  params, str(case))
 
 
-def evaluated_block(path, name, values) -> np.ndarray:
-    where = find_name(openpyxl.load_workbook(path), name, path)
-    return np.array([[values[(where.sheet.upper(), where.top + i, where.left + j)]
-                      for j in range(where.shape[1])] for i in range(where.shape[0])])
-
-
 @pytest.mark.parametrize("layout", ["cells", "blocks"])
 def test_an_edited_pick_moves_the_mask_and_check_still_passes(tmp_path, layout):
     path = build(tmp_path, "sliding-window", BIGBIRD, layout=layout, seed=3)
-    before = evaluated_block(path, "MASK", BUILT[path].values)
+    before = evaluated_blocks(path, BUILT[path].values, ["MASK"])["MASK"]
     wb = openpyxl.load_workbook(path)
     picks = [cell_of(wb, "RANDOM_KEYS", 1, r) for r in range(2)]   # queries 2–3
     old = int(picks[0].value)
@@ -218,7 +212,7 @@ def test_an_edited_pick_moves_the_mask_and_check_still_passes(tmp_path, layout):
     picks[0].value = new
     wb.save(path)
     values = evaluate_with_formulas(path)
-    after = evaluated_block(path, "MASK", values)
+    after = evaluated_blocks(path, values, ["MASK"])["MASK"]
     assert before[2, new] == before[3, new] == 0 and after[2, new] == after[3, new] == 1
     assert before[2, old] == before[3, old] == 1 and after[2, old] == after[3, old] == 0
     changed = np.argwhere(after != before).tolist()
@@ -264,7 +258,7 @@ def test_picks_given_by_hand_set_random_and_are_checked(tmp_path):
     values = evaluate_with_formulas(out)
     report = check_workbook(out, values=values)
     assert report.passed, format_report(report)
-    mask = evaluated_block(out, "MASK", values)
+    mask = evaluated_blocks(out, values, ["MASK"])["MASK"]
     np.testing.assert_array_equal(mask, allowed_by_sets(6, 1, [], [[5], [0], [1]], 2))
     picks.write_text(json.dumps({"RANDOM_KEYS": [[5], [0], [6]]}))
     bad = cli("build", "sliding-window", "-o", tmp_path / "bad.xlsx", "--inputs", picks)
