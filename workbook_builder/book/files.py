@@ -7,7 +7,6 @@ import dataclasses
 import os
 import secrets
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -189,9 +188,8 @@ def export_pdf(path: Path, output: Path, force: bool = False, lang: str = "en") 
     if lang == "zh" and not has_chinese_font():
         raise UserError(f"no Chinese font is installed, so the handout would print boxes "
                         f"({CJK_FONT_HINT})")
-    with writing(output), \
-            tempfile.TemporaryDirectory(prefix=".attnsheets-pdf-", dir=output.parent) as outdir:
-        pdf = convert(path, "pdf", Path(outdir))
+    with writing(output), temp_beside(output, ".attnsheets-pdf-", folder=True) as outdir:
+        pdf = convert(path, "pdf", outdir)
         move_into_place(pdf, output, force)
 
 
