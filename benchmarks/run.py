@@ -4,17 +4,21 @@ benchmarks/results.md.
     .venv/bin/python benchmarks/run.py [--repeat 3] [--only NAME,...] [--out FILE]
 
 Each command runs as a user runs it (a new `attnsheets` process), so times include start-up.
-Columns: formula cells; build s; check s (the `formulas` engine); LibreOffice s (headless
-recalculation of the same file, `soffice --convert-to xlsx` with recalc-always); the ratio
-check / LibreOffice; peak memory of the larger of the build and check processes. Times are
-medians of --repeat runs.
+Every case is measured in pairs taking turns, ours then LibreOffice's (build, check,
+LibreOffice; build, check, LibreOffice; …), so a machine that is busier for a while slows
+both sides alike. Columns: formula cells; build s; check s (the `formulas` engine);
+LibreOffice s (headless recalculation of the same file, `soffice --convert-to xlsx` with
+recalc-always); check / LO and build + check / LO (medians of the pairs' ratios); NumPy ms
+(the kind's reference computing every step from the same inputs, in one process) and
+check / NumPy; peak memory of the larger of the build and check processes. Times are
+medians of --repeat pairs. The first case's second row is a teaching-size build + check
+(two processes) against LibreOffice's recalculation of the same file.
 """
 
 import argparse
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -51,12 +55,12 @@ def minilm_case() -> Case:
 
 CASES = [
     Case("attention n=8 d=8", "attention", ("--seq-len", "8", "--d-model", "8", "--d-k", "8"),
-         "cells", "build + check < 2 s"),
+         "cells", "check ≤ LO"),
     Case("multihead n=16 d=16 H=4", "multihead",
          ("--seq-len", "16", "--d-model", "16", "--heads", "4"), "cells"),
     Case("multihead n=10 d=512 H=8", "multihead",
          ("--seq-len", "10", "--d-model", "512", "--heads", "8"), "blocks",
-         "build + check < 20 s, < 1.5 GB"),
+         "build + check ≤ 3× LO, ≤ 500 MB"),
     Case("attention n=128 d=32", "attention",
          ("--seq-len", "128", "--d-model", "32", "--d-k", "32"), "blocks"),
     Case("flash n=64 B=16", "flash",
@@ -69,12 +73,18 @@ CASES = [
 CLASS_SIZE = 40
 
 
+def checkout_env() -> dict[str, str]:
+    """The environment of a command that imports this checkout's package."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
 def run_measured(command: list[str], cwd: Path) -> tuple[float, float, str]:
     """(wall seconds, peak memory MB, stdout) of one command; the peak RSS comes from
     wait4 (Popen.wait would reap the child without it)."""
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, env=checkout_env())
     out = process.stdout.read()
     err = process.stderr.read()
     _, status, usage = os.wait4(process.pid, 0)
@@ -96,6 +106,23 @@ def libreoffice_seconds(path: Path, work: Path) -> float | None:
     return time.perf_counter() - started
 
 
+def numpy_seconds(path: Path, runs: int = 20) -> float:
+    """Median time of the kind's NumPy reference on the inputs the file holds."""
+    from workbook_builder.book.files import open_workbook
+    from workbook_builder.book.workbook import read_spec, spec_kind_params
+    from workbook_builder.checking.check import read_inputs
+
+    wb = open_workbook(path, array_blocks=True)
+    kind, params = spec_kind_params(read_spec(wb, path))
+    inputs = read_inputs(wb, kind, params, path, dict)
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        kind.reference(inputs, params)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
     from workbook_builder.sheet.registry import load_kinds
 
@@ -104,9 +131,9 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
     if case.skip:
         return {"case": case, "skipped": case.skip}
     path = work / (re.sub(r"\W+", "_", case.name) + ".xlsx")
-    builds, checks, peaks, lo = [], [], [], []
+    builds, checks, peaks, lo, check_ratios, both_ratios = [], [], [], [], [], []
     cells = 0
-    for _ in range(repeat):
+    for _ in range(repeat):  # pairs: ours, then LibreOffice on the same file
         seconds, peak, out = run_measured([*tool, "build", case.kind, "-o", str(path),
                                            "--force", "--layout", case.layout, *case.args],
                                           work)
@@ -119,15 +146,22 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
         lo_seconds = libreoffice_seconds(path, work)
         if lo_seconds is not None:
             lo.append(lo_seconds)
-    return {"case": case, "cells": cells, "build": statistics.median(builds),
-            "check": statistics.median(checks), "peak": max(peaks),
-            "lo": statistics.median(lo) if lo else None}
+            check_ratios.append(checks[-1] / lo_seconds)
+            both_ratios.append((builds[-1] + checks[-1]) / lo_seconds)
+    reference = numpy_seconds(path)
+    check = statistics.median(checks)
+    return {"case": case, "cells": cells, "build": statistics.median(builds), "check": check,
+            "peak": max(peaks), "lo": statistics.median(lo) if lo else None,
+            "check_ratio": statistics.median(check_ratios) if lo else None,
+            "both_ratio": statistics.median(both_ratios) if lo else None,
+            "numpy": reference, "numpy_ratio": check / reference}
 
 
 def measure_class(repeat: int, work: Path, tool: list[str]) -> dict:
     case = Case(f"class of {CLASS_SIZE}, attention n=4 d=4", "attention", (), "cells",
                 "workbooks + keys + verification < 60 s")
-    probe = subprocess.run([*tool, "class", "--help"], capture_output=True, text=True)
+    probe = subprocess.run([*tool, "class", "--help"], capture_output=True, text=True,
+                           env=checkout_env())
     if probe.returncode != 0:
         return {"case": case, "skipped": "`attnsheets class` not built yet"}
     roster = work / "roster.csv"
@@ -147,11 +181,11 @@ def measure_class(repeat: int, work: Path, tool: list[str]) -> dict:
 
 def table(rows: list[dict], repeat: int) -> str:
     lines = [f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-             f"{platform.python_version()}; medians of {repeat} run(s); "
-             f"{time.strftime('%Y-%m-%d')}.", "",
+             f"{platform.python_version()}; medians of {repeat} pair(s) taking turns with "
+             f"LibreOffice; {time.strftime('%Y-%m-%d')}.", "",
              "| case | layout | formula cells | build s | check s | LibreOffice s | "
-             "check / LO | peak MB | target |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "check / LO | build + check / LO | NumPy ms | check / NumPy | peak MB | target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def num(x, fmt="{:.2f}"):
         return "–" if x is None else fmt.format(x)
@@ -159,14 +193,21 @@ def table(rows: list[dict], repeat: int) -> str:
     for row in rows:
         case = row["case"]
         if "skipped" in row:
-            lines.append(f"| {case.name} | {case.layout} | – | – | – | – | – | – | "
+            lines.append(f"| {case.name} | {case.layout} | – | – | – | – | – | – | – | – | – | "
                          f"skipped: {row['skipped']} |")
             continue
-        ratio = row["check"] / row["lo"] if row.get("check") and row.get("lo") else None
+        numpy_ms = None if row.get("numpy") is None else row["numpy"] * 1000
         lines.append(f"| {case.name} | {case.layout} | {num(row['cells'], '{}')} | "
                      f"{num(row['build'])} | {num(row['check'])} | {num(row['lo'])} | "
-                     f"{num(ratio, '{:.1f}×')} | {num(row['peak'], '{:.0f}')} | "
-                     f"{case.target} |")
+                     f"{num(row.get('check_ratio'), '{:.2f}×')} | "
+                     f"{num(row.get('both_ratio'), '{:.2f}×')} | {num(numpy_ms, '{:.3f}')} | "
+                     f"{num(row.get('numpy_ratio'), '{:,.0f}×')} | "
+                     f"{num(row['peak'], '{:.0f}')} | {case.target} |")
+        if case is CASES[0] and row.get("both_ratio") is not None:
+            lines.append(f"| {case.name} build + check (two processes) | {case.layout} | "
+                         f"{row['cells']} | – | {num(row['build'] + row['check'])} | "
+                         f"{num(row['lo'])} | – | {num(row['both_ratio'], '{:.2f}×')} | – | – "
+                         f"| {num(row['peak'], '{:.0f}')} | ≤ LibreOffice |")
     return "\n".join(lines)
 
 
@@ -176,7 +217,8 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated case names (substring match)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.md")
     args = parser.parse_args()
-    tool = [shutil.which("attnsheets") or str(Path(sys.executable).parent / "attnsheets")]
+    # this checkout's package, whatever an installed `attnsheets` script would import
+    tool = [sys.executable, "-m", "workbook_builder"]
     cases = CASES if not args.only else [
         c for c in CASES if any(s.strip() in c.name for s in args.only.split(","))]
     rows = []
@@ -184,7 +226,7 @@ def main() -> int:
         work = Path(tmp)
         for case in cases:
             rows.append(measure(case, args.repeat, work, tool))
-            print(table(rows[-1:], args.repeat).splitlines()[-1], flush=True)
+            print("\n".join(table(rows[-1:], args.repeat).splitlines()[4:]), flush=True)
         if not args.only or "class" in args.only:
             rows.append(measure_class(args.repeat, work, tool))
     text = table(rows, args.repeat)

@@ -52,6 +52,7 @@ from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.models.families import KIND_FAMILIES
 from workbook_builder.models.loader import ModelInputs, model_inputs, parse_token_ids
+from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS, set_number
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.limits import (
@@ -137,7 +138,7 @@ class Book:
         if not (0 <= i < where.shape[0] and 0 <= j < where.shape[1]):
             raise UserError(f"input {name} is {where.shape[0]}×{where.shape[1]}; it has no "
                             f"cell ({i}, {j})")
-        self.workbook[where.sheet].cell(where.top + i, where.left + j).value = float(value)
+        set_number(self.workbook[where.sheet], where.top + i, where.left + j, float(value))
         self._values = None
 
     def steps(self) -> list[str]:
@@ -203,8 +204,10 @@ def build(kind: str, path: str | Path | None = None, *,
     check_fits(kind_class, params, labels, exercise, max_cells)
     complete = complete_inputs(kind_class, params, given, seed)
     check_results_finite(kind_class, params, complete)
+    # saved at once: large input blocks go to the file without a cell object each
     workbook = build_workbook(kind_class, params, complete, labels, layout, lang=lang,
-                              exercise=exercise, note=note)
+                              exercise=exercise, note=note,
+                              array_block_cells=None if path is None else CONSTANT_BLOCK_CELLS)
     spec = BookSpec(kind_class.name, dataclasses.asdict(params), layout, labels, lang, exercise)
     book = Book(kind_class, params, workbook, spec)
     if path is not None:

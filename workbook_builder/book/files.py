@@ -17,6 +17,11 @@ import numpy as np
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
+from workbook_builder.book.sheet_xml import (
+    load_with_constant_blocks,
+    place_constant_blocks,
+    splice_constant_blocks,
+)
 from workbook_builder.book.workbook import BookSpec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
@@ -31,6 +36,7 @@ from workbook_builder.engines.libreoffice import (
 from workbook_builder.engines.thirdparty import load_workbook, save_workbook, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
+from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.limits import (
     DEFAULT_MAX_CELLS,
@@ -79,18 +85,20 @@ def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
                    given: dict[str, np.ndarray] | None = None, tokens: list[str] | None = None,
                    layout: str = "cells", force: bool = False, lang: str = "en",
                    exercise=None, max_cells: int = DEFAULT_MAX_CELLS,
-                   note: str | None = None) -> BuiltBook:
+                   note: str | None = None,
+                   array_block_cells: int | None = CONSTANT_BLOCK_CELLS) -> BuiltBook:
     """Build and save atomically; the evaluation that stores the cached values is the only
     one, and its values come back for whoever checks the file next. Limits are checked
     before any work (`check_fits`, `check_results_finite`); `note` says on the sheet where
-    the inputs came from."""
+    the inputs came from. Input blocks of `array_block_cells` cells or more are written
+    without a cell object each (`sheet/constants.py`)."""
     check_writable(path, force)
     labels = kind.labels(params, tokens)
     check_fits(kind, params, labels, exercise, max_cells)
     inputs = complete_inputs(kind, params, given or {}, seed)
     check_results_finite(kind, params, inputs)
     wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
-                        note=note)
+                        note=note, array_block_cells=array_block_cells)
     values = save_atomic(wb, path, force=force)
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, labels, lang, exercise)
     return BuiltBook(path, wb, spec, values, count_formula_cells(wb))
@@ -109,8 +117,10 @@ def count_formula_cells(wb: Workbook) -> int:
     return count
 
 
-def open_workbook(path: Path, data_only: bool = False) -> Workbook:
-    """Open a workbook the user named, or fail with one line saying why."""
+def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = False) -> Workbook:
+    """Open a workbook the user named, or fail with one line saying why. With
+    `array_blocks`, its large named blocks of plain numbers are read as arrays
+    (`load_with_constant_blocks`), not as cells."""
     if not path.exists():
         raise UserError(f"{path}: no such file")
     if path.is_dir():
@@ -119,7 +129,8 @@ def open_workbook(path: Path, data_only: bool = False) -> Workbook:
         raise UserError(f"{path} is not an .xlsx workbook")
     check_size(path)
     try:
-        wb = load_workbook(path, data_only=data_only)
+        wb = load_with_constant_blocks(path) if array_blocks and not data_only else \
+            load_workbook(path, data_only=data_only)
     except Exception as exc:  # openpyxl raises many types on damaged files
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
     check_grid(wb, path)
@@ -169,14 +180,20 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True,
     values are returned."""
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
     with writing(path), temp_beside(path, ".attnsheets-", ".xlsx") as saved, \
-            temp_beside(path, ".attnsheets-", ".xlsx") as stored:
+            temp_beside(path, ".attnsheets-", ".xlsx") as stored, \
+            temp_beside(path, ".attnsheets-", ".xlsx") as spliced:
+        placed = place_constant_blocks(wb)  # before openpyxl writes the style table
         save_workbook(wb, saved)
         values = None
         if with_values:
             # the workbook in memory is what was just saved: no need to read it back
             values = FormulasModel(wb, path.name).evaluate()
             store_values(saved, stored, values)
-        move_into_place(stored if with_values else saved, path, force)
+        done = stored if with_values else saved
+        if placed:  # the array blocks' cells, into the sheets openpyxl wrote without them
+            splice_constant_blocks(done, spliced, placed)
+            done = spliced
+        move_into_place(done, path, force)
         return values
 
 

@@ -41,14 +41,18 @@ class BookSpec:
 
 def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], tokens: list[str],
                    layout: str, lang: str = "en", exercise=None,
-                   student: str | None = None, note: str | None = None) -> Workbook:
+                   student: str | None = None, note: str | None = None,
+                   array_block_cells: int | None = None) -> Workbook:
     """The workbook of a kind; `note` (where the inputs came from, e.g. a checkpoint's
-    layer) is written under the title and on the About sheet."""
+    layer) is written under the title and on the About sheet. Input blocks of at least
+    `array_block_cells` cells are kept as arrays (`sheet/constants.py`; written by
+    `save_atomic`), not in an exercise (it edits input cells)."""
     tr = catalog_for(kind, lang, tokens)
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = kind.sheet_title
     sheet = SheetWriter(ws, layout)
+    sheet.array_block_cells = array_block_cells if exercise is None else None
     sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
                 f"{kind.describe(params)}; layout={layout}" + (f"; {note}" if note else ""))
     kind.lay_out(sheet, params, inputs, tokens)

@@ -33,6 +33,7 @@ from workbook_builder.engines.libreoffice import (
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
+from workbook_builder.sheet.constants import constant_block_at, constant_value
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 
@@ -136,12 +137,17 @@ def read_inputs(wb: Workbook, kind, params, path: Path,
     for name, shape in kind.input_shapes(params).items():
         where = find_block(wb, name, path, shape)
         ws = wb[where.sheet]
+        array = constant_block_at(ws, where.top, where.left, where.bottom, where.right)
+        if array is not None:  # plain numbers, checked finite when read
+            inputs[name] = array.values.copy()
+            continue
         block = np.empty(shape)
         for i in range(shape[0]):
             for j in range(shape[1]):
-                cell = ws.cell(where.top + i, where.left + j)
-                value = cell.value
-                if is_formula_cell(cell):
+                held, value = constant_value(ws, where.top + i, where.left + j)
+                cell = None if held else ws.cell(where.top + i, where.left + j)
+                value = value if held else cell.value
+                if cell is not None and is_formula_cell(cell):
                     value = evaluated().get((where.sheet.upper(), where.top + i,
                                              where.left + j))
                 block[i, j] = _input_number(value, name, where.address(i, j), path)
@@ -253,7 +259,7 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
     `workbook` the file as openpyxl loaded it; `progress` hears what is being done."""
     started = time.perf_counter()
     progress(f"reading {path.name}")
-    wb = open_workbook(path) if workbook is None else workbook
+    wb = open_workbook(path, array_blocks=True) if workbook is None else workbook
     spec = read_spec(wb, path)
     kind, params = spec_kind_params(spec)
     evaluate = ENGINES[engine]

@@ -26,7 +26,7 @@ _REL = re.compile(r'<Relationship [^>]*Id="([^"]+)"[^>]*Target="([^"]+)"|'
                   r'<Relationship [^>]*Target="([^"]+)"[^>]*Id="([^"]+)"')
 
 
-def _sheet_parts(book: zipfile.ZipFile) -> dict[str, str]:
+def sheet_parts(book: zipfile.ZipFile) -> dict[str, str]:
     """Sheet title -> path of its XML part inside the zip."""
     rels = {}
     for match in _REL.finditer(book.read("xl/_rels/workbook.xml.rels").decode()):
@@ -36,12 +36,12 @@ def _sheet_parts(book: zipfile.ZipFile) -> dict[str, str]:
     parts = {}
     for title, rel_id in _SHEET.findall(book.read("xl/workbook.xml").decode()):
         target = rels[rel_id]
-        parts[_unescape(title)] = target.lstrip("/") if target.startswith("/") else \
+        parts[unescape_xml(title)] = target.lstrip("/") if target.startswith("/") else \
             str(PurePosixPath("xl") / target)
     return parts
 
 
-def _unescape(text: str) -> str:
+def unescape_xml(text: str) -> str:
     return (text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
             .replace("&apos;", "'").replace("&amp;", "&"))
 
@@ -98,10 +98,10 @@ def trimmed_copy(source: Path, target: Path) -> Path:
     seconds, and nothing read comes from there."""
     with zipfile.ZipFile(source) as book, \
             zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
-        names = [_unescape(ref) for ref in
+        names = [unescape_xml(ref) for ref in
                  _DEFINED_NAME.findall(book.read("xl/workbook.xml").decode("utf-8"))]
         last_row = (extent_of(names) or (EXCEL_ROWS,))[0]
-        parts = set(_sheet_parts(book).values())
+        parts = set(sheet_parts(book).values())
 
         def keep(match: re.Match) -> str:
             return match.group(0) if int(match.group(1)) <= last_row else ""
@@ -119,7 +119,7 @@ def store_values(source: Path, target: Path, values: CellValues) -> None:
     """Copy the workbook `source` to `target` with every formula cell's value stored."""
     with zipfile.ZipFile(source) as book, \
             zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
-        parts = {part: title for title, part in _sheet_parts(book).items()}
+        parts = {part: title for title, part in sheet_parts(book).items()}
         for info in book.infolist():
             data = book.read(info.filename)
             if info.filename in parts:

@@ -25,6 +25,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.engines.thirdparty import load_workbook, model_from_dict, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
+from workbook_builder.sheet.constants import constant_block_at, constant_blocks
 from workbook_builder.sheet.limits import EXCEL_COLS, EXCEL_ROWS, named_extent
 from workbook_builder.sheet.refs import cell_ref, parse_range, range_ref
 
@@ -74,6 +75,17 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
             elif is_formula_cell(cell):
                 formula_cells.add((title, r, c))
     grouped: set[tuple[str, int, int]] = set()
+    for ws in wb.worksheets:  # blocks kept as arrays, not cells: one range node each
+        for array in constant_blocks(ws) if ws.title in sheets else ():
+            held = {rc for rc in sheets[ws.title] if array.holds(*rc)}
+            if not held:
+                entries[key(ws.title, range_ref(array.top, array.left, array.bottom,
+                                                array.right))] = array.rows()
+                continue
+            for i, row in enumerate(array.rows()):  # a cell put there since: it wins
+                for j, value in enumerate(row):
+                    if (array.top + i, array.left + j) not in held:
+                        entries[key(ws.title, cell_ref(array.top + i, array.left + j))] = value
     for name, defined in wb.defined_names.items():
         destinations = list(defined.destinations)
         if len(destinations) != 1 or destinations[0][0] not in sheets:
@@ -81,6 +93,8 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
         sheet, ref = destinations[0]
         entries[f"'[{book}]'!{name}"] = f"={key(sheet, ref.replace('$', ''))}"
         top, left, bottom, right = parse_range(ref.replace("$", ""))
+        if constant_block_at(wb[sheet], top, left, bottom, right) is not None:
+            continue  # a range node already
         block = [(sheet, r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)]
         if len(block) < 2 or any(c in array_members or c in formula_cells or c in grouped
                                  for c in block):

@@ -104,6 +104,14 @@ def copy_style(source: Cell, target: Cell, shortcuts: bool | None = None) -> Non
     target.number_format, target.protection = source.number_format, copy(source.protection)
 
 
+def cell_with_style_id(ws, style_id: int) -> Cell:
+    """A cell of `ws`, in no place on it, styled as the workbook's cell style number
+    `style_id` (a file's `s` attribute), as openpyxl's reader styles a cell it loads."""
+    cell = Cell(ws)
+    cell._style = copy(ws.parent._cell_styles[style_id])
+    return cell
+
+
 def _push_smaller_side(self, indices, output=None):
     """formulas' RangesAssembler.push, with the intersection taken by iterating the smaller
     side: the original copies `indices` (a whole range's index set) on every call, O(cells²)

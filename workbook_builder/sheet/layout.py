@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 
 import numpy as np
+from openpyxl.cell.cell import Cell
 from openpyxl.chart import LineChart, ScatterChart
 from openpyxl.chart import Series as ChartData
 from openpyxl.chart.data_source import AxDataSource
@@ -29,6 +30,7 @@ from openpyxl.worksheet.worksheet import Worksheet
 from workbook_builder.engines.thirdparty import copy_style
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
+from workbook_builder.sheet.constants import add_constant_block
 from workbook_builder.sheet.declare import (
     Chart,
     Env,
@@ -80,6 +82,9 @@ class SheetWriter:
         # names stay on the visible sheet), its inputs linked to the visible inputs
         self.name_blocks = True
         self.linked_inputs: dict[str, Block] | None = None
+        # an input block this large (cells) and larger is kept as an array, not as cells
+        # (`sheet/constants.py`); None: every input is cells
+        self.array_block_cells: int | None = None
 
     # -- sheet furniture -------------------------------------------------------------------
     def title(self, text: str, subtitle: str = "") -> None:
@@ -137,8 +142,14 @@ class SheetWriter:
                      text_of(item.note, self.params), item.corner)
         source = (self.linked_inputs or {}).get(item.name)
         ws = self.ws
-        first = ws.cell(block.top, block.left)
+        as_array = source is None and self.array_block_cells is not None and \
+            values.size >= self.array_block_cells and bool(np.isfinite(values).all())
+        first = Cell(ws) if as_array else ws.cell(block.top, block.left)
         first.fill = INPUT_FILL  # the others copy its style record
+        if as_array:  # no cell objects: the values go into the file's XML as they are
+            add_constant_block(ws, block.top, block.left, values, first)
+            self._name(block, row_labels, col_labels, vector_kind(item.rows, item.cols))
+            return block
         for i in range(rows):
             for j in range(cols):
                 value = _plain(values[i, j]) if source is None else \

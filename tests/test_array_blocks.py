@@ -1,0 +1,220 @@
+"""Large input blocks written and read as arrays, not as cell objects: the file, and every
+value read back from it, are the same as the plain path's (each block forced through the
+array path here by a threshold of one cell)."""
+
+import re
+import subprocess
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import openpyxl
+import pytest
+from conftest import ALL_CASES, KINDS, requires_gnumeric, requires_libreoffice
+from openpyxl.styles import Font
+
+from workbook_builder import api
+from workbook_builder.book import sheet_xml
+from workbook_builder.book.files import open_workbook, save_atomic, write_workbook
+from workbook_builder.book.workbook import build_workbook
+from workbook_builder.checking.check import check_workbook, read_inputs
+from workbook_builder.checking.names import find_name
+from workbook_builder.engines.formulas_engine import FormulasModel
+from workbook_builder.engines.gnumeric import ssconvert_path
+from workbook_builder.engines.libreoffice import convert
+from workbook_builder.sheet.constants import blocks_with_cells, constant_blocks
+from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.refs import cell_ref
+
+FIRST_CASES = {name: case for name, i, case in ALL_CASES if i == 0}
+
+
+def _written(tmp_path: Path, kind_name: str, case: dict, layout: str, array_cells,
+             name: str) -> Path:
+    kind = KINDS[kind_name]
+    path = tmp_path / name
+    write_workbook(kind, make_params(kind, case), path, seed=3, layout=layout, force=True,
+                   array_block_cells=array_cells)
+    return path
+
+
+def _as_read(path: Path) -> dict:
+    """Everything openpyxl reads of a file (warnings included), styles by content."""
+    with warnings.catch_warnings(record=True) as heard:
+        warnings.simplefilter("always")
+        wb = openpyxl.load_workbook(path)
+    cells = {}
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for c in row:
+                if c.value is not None or c.has_style:
+                    value = getattr(c.value, "text", c.value)
+                    cells[(ws.title, c.coordinate)] = (
+                        type(c.value).__name__, value, c.data_type, repr(
+                            (c.font, c.fill, c.number_format, c.border, c.alignment,
+                             c.protection)),
+                        c.comment.text if c.comment else None)
+    sheets = [(ws.title, ws.page_setup.orientation, ws.oddHeader.center.text,
+               ws.print_options.gridLines, ws.freeze_panes,
+               sorted((k, d.width) for k, d in ws.column_dimensions.items()))
+              for ws in wb.worksheets]
+    with zipfile.ZipFile(path) as book:
+        parts = sorted(book.namelist())
+    return {"cells": cells, "sheets": sheets, "parts": parts,
+            "names": sorted((n, d.attr_text) for n, d in wb.defined_names.items()),
+            "warnings": [str(w.message) for w in heard]}
+
+
+@pytest.mark.parametrize("kind_name", sorted(FIRST_CASES))
+def test_array_blocks_write_the_same_workbook_as_cells(tmp_path, kind_name):
+    layout = "blocks" if kind_name in ("multihead", "flash", "ssm") else "cells"
+    case = FIRST_CASES[kind_name]
+    plain = _as_read(_written(tmp_path, kind_name, case, layout, None, "plain.xlsx"))
+    arrays = _as_read(_written(tmp_path, kind_name, case, layout, 1, "arrays.xlsx"))
+    assert arrays["warnings"] == []
+    for part in ("names", "sheets", "parts"):
+        assert arrays[part] == plain[part], part
+    assert set(arrays["cells"]) == set(plain["cells"])
+    differ = [k for k in plain["cells"] if arrays["cells"][k] != plain["cells"][k]]
+    assert differ == []
+
+
+def test_a_large_input_block_is_held_as_an_array_and_a_small_one_as_cells(tmp_path):
+    kind = KINDS["attention"]
+    params = make_params(kind, {"seq_len": 70, "d_model": 64, "d_k": 2})  # X: 4,480 cells
+    book = write_workbook(kind, params, tmp_path / "a.xlsx", layout="blocks")
+    held = {(b.values.shape) for ws in book.workbook.worksheets for b in constant_blocks(ws)}
+    assert held == {(70, 64)}
+    read = open_workbook(book.path, array_blocks=True)  # as `check` reads it
+    assert [b.values.shape for b in constant_blocks(read["Attention"])] == [(70, 64)]
+    assert blocks_with_cells(read["Attention"]) == []  # no cell object inside it
+    assert check_workbook(book.path).passed
+
+
+def _values_read_both_ways(path: Path, monkeypatch) -> tuple[dict, dict, int]:
+    monkeypatch.setattr(sheet_xml, "CONSTANT_BLOCK_CELLS", 1)
+    fast = open_workbook(path, array_blocks=True)
+    arrays = sum(len(constant_blocks(ws)) for ws in fast.worksheets)
+    general = open_workbook(path)
+    return (FormulasModel(fast, path.name).evaluate(),
+            FormulasModel(general, path.name).evaluate(), arrays)
+
+
+def _same_typed(a: dict, b: dict) -> list:
+    return [k for k in set(a) | set(b)
+            if type(a.get(k)) is not type(b.get(k)) or
+            (a.get(k) != b.get(k) and not (a.get(k) != a.get(k) and b.get(k) != b.get(k)))]
+
+
+@pytest.mark.parametrize("kind_name", ["attention", "multihead", "ssm", "encoder-block"])
+def test_check_reads_the_same_values_as_openpyxl(tmp_path, monkeypatch, kind_name):
+    layout = "blocks" if kind_name != "attention" else "cells"
+    path = _written(tmp_path, kind_name, FIRST_CASES[kind_name], layout, 1, "a.xlsx")
+    fast, general, arrays = _values_read_both_ways(path, monkeypatch)
+    assert arrays == len(KINDS[kind_name].input_shapes(
+        make_params(KINDS[kind_name], FIRST_CASES[kind_name])))
+    assert _same_typed(fast, general) == []
+    kind = KINDS[kind_name]
+    params = make_params(kind, FIRST_CASES[kind_name])
+    read = [read_inputs(open_workbook(path, array_blocks=array), kind, params, path, dict)
+            for array in (True, False)]
+    assert {k: v.tolist() for k, v in read[0].items()} == \
+        {k: v.tolist() for k, v in read[1].items()}
+
+
+def test_whole_numbers_read_back_as_integers_both_ways(tmp_path, monkeypatch):
+    kind = KINDS["attention"]
+    given = {"X": np.array([[1.0, -2.0], [0.5, 3.0], [4.0, 1e17]])}
+    path = tmp_path / "w.xlsx"
+    write_workbook(kind, make_params(kind, FIRST_CASES["attention"]), path, given=given,
+                   array_block_cells=1)
+    fast, general, _ = _values_read_both_ways(path, monkeypatch)
+    assert _same_typed(fast, general) == []
+    where = find_name(open_workbook(path), "X", path)
+    corner = (where.sheet.upper(), where.top, where.left)
+    assert [type(v) for v in (fast[corner], general[corner])] == [int, int]
+    last = (where.sheet.upper(), where.bottom, where.right)
+    assert [type(v) for v in (fast[last], general[last])] == [float, float]
+
+
+def test_a_block_with_text_keeps_the_general_path_and_is_refused_by_check(tmp_path,
+                                                                        monkeypatch):
+    path = _written(tmp_path, "attention", FIRST_CASES["attention"], "cells", 1, "a.xlsx")
+    wb = openpyxl.load_workbook(path)
+    where = wb.defined_names["X"].destinations
+    sheet, ref = next(iter(where))
+    top_left = ref.replace("$", "").split(":")[0]
+    wb[sheet][top_left] = "abc"
+    wb.save(path)
+    monkeypatch.setattr(sheet_xml, "CONSTANT_BLOCK_CELLS", 1)
+    loaded = open_workbook(path, array_blocks=True)
+    assert all(b.values.shape != (3, 2) for ws in loaded.worksheets
+               for b in constant_blocks(ws))
+    with pytest.raises(api.AttnsheetsError, match=f"input X cell .*{top_left} holds 'abc'"):
+        check_workbook(path)
+
+
+def test_a_cell_styled_inside_an_array_block_is_written_with_its_style(tmp_path):
+    kind = KINDS["attention"]
+    params = make_params(kind, FIRST_CASES["attention"])
+    inputs = complete_inputs(kind, params, {}, 0)
+    labels = kind.labels(params, None)
+    books = {}
+    for name, cells in (("plain", None), ("arrays", 1)):
+        wb = build_workbook(kind, params, inputs, labels, "cells", array_block_cells=cells)
+        where = find_name(wb, "X", Path(name))
+        wb[where.sheet].cell(where.top, where.left).font = Font(bold=True)
+        books[name] = tmp_path / f"{name}.xlsx"
+        save_atomic(wb, books[name])
+    arrays, plain = _as_read(books["arrays"]), _as_read(books["plain"])
+    corner = (where.sheet, cell_ref(where.top, where.left))
+    # the cell made after the block was kept has its own style, the block's value
+    assert arrays["cells"].pop(corner)[:3] == plain["cells"].pop(corner)[:3]
+    assert openpyxl.load_workbook(books["arrays"])[corner[0]][corner[1]].font.b
+    assert arrays == plain
+    assert check_workbook(books["arrays"]).passed
+
+
+def test_set_input_changes_an_array_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(api, "CONSTANT_BLOCK_CELLS", 1)
+    book = api.build("attention", tmp_path / "a.xlsx", **FIRST_CASES["attention"])
+    assert any(constant_blocks(ws) for ws in book.workbook.worksheets)
+    book.set_input("X", 0, 0, 7.25)
+    assert api.read_blocks(book)["X"].iloc[0, 0] == 7.25
+    book.save(tmp_path / "b.xlsx")
+    assert api.read_blocks(tmp_path / "b.xlsx")["X"].iloc[0, 0] == 7.25
+    assert api.check(tmp_path / "b.xlsx").passed
+
+
+@requires_libreoffice
+def test_a_file_saved_by_libreoffice_reads_the_same_both_ways(tmp_path, monkeypatch):
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", 1, "m.xlsx")
+    out = tmp_path / "lo"
+    out.mkdir()
+    resaved = convert(path, "xlsx", out)
+    fast, general, _ = _values_read_both_ways(resaved, monkeypatch)
+    assert _same_typed(fast, general) == []
+
+
+@pytest.mark.parametrize("engine", [
+    pytest.param("libreoffice", marks=requires_libreoffice),
+    pytest.param("gnumeric", marks=requires_gnumeric)])
+def test_applications_recalculate_a_workbook_written_with_array_blocks(tmp_path, engine):
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", 1, "m.xlsx")
+    report = check_workbook(path, engine)
+    assert report.passed, [s for s in report.steps if not s.passed]
+
+
+@requires_gnumeric
+def test_gnumeric_says_nothing_more_of_array_blocks_than_of_cells(tmp_path):
+    said = []
+    for name, cells in (("plain.xlsx", None), ("arrays.xlsx", 1)):
+        path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", cells, name)
+        done = subprocess.run([ssconvert_path(), "--recalc", str(path),
+                               str(tmp_path / f"out-{name}")], capture_output=True, text=True,
+                              timeout=120)
+        lines = (done.stderr + done.stdout).splitlines()  # less the process id and the time
+        said.append(sorted({re.sub(r"\(ssconvert:\d+\)|\d+:\d+:\d+\.\d+", "", line)
+                            for line in lines}))
+    assert said[1] == said[0]
