@@ -122,10 +122,12 @@ def head_labels(prefix: str, count_of, width_of):
                       for j in range(width_of(p))]
 
 
-def head_steps(h: int, g: int, d_k: int, mask: str | None) -> list[Step]:
-    """Query head h (0-based) over key/value head g: scores, softmax, A·V."""
+def head_steps(h: int, g: int, d_k: int, mask: str | None, q: str = "Q",
+               k: str = "K") -> list[Step]:
+    """Query head h (0-based) over key/value head g: scores (of blocks `q` and `k`),
+    softmax, A·V."""
     sfx, qs, ks = f"_H{h + 1}", (h * d_k, (h + 1) * d_k - 1), (g * d_k, (g + 1) * d_k - 1)
-    scores = scaled_scores(sfx, f"S = Q_{h + 1}·K_{g + 1}ᵀ", q_cols=qs, k_cols=ks,
+    scores = scaled_scores(sfx, f"S = Q_{h + 1}·K_{g + 1}ᵀ", q=q, k=k, q_cols=qs, k_cols=ks,
                            explanation="Scores of this head divided by √d_k.")
     return [*scores, *softmax_steps("SCALED" + sfx, mask, sfx),
             Step("HEAD" + sfx, f"head_{h + 1} = A·V_{g + 1}", MatMul("WEIGHTS" + sfx, "V",
