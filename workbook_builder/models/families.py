@@ -85,7 +85,9 @@ LLAMA = Family(
 
 FAMILIES = (BERT, LLAMA)
 # the kinds a checkpoint can fill, and the family tables they read
-KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,), "llama-block": (LLAMA,)}
+KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,), "llama-block": (LLAMA,),
+                 # GPT-2's fused c_attn split into Q, K, V: read by models/kv_cache.py
+                 "kv-cache": ()}
 # config.json hidden_act -> (activation, gelu form)
 ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
                "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh"),

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models import llama
 from workbook_builder.models.families import (
     ACTIVATIONS,
     KIND_FAMILIES,
@@ -18,7 +19,6 @@ from workbook_builder.models.families import (
     TABLE,
     Family,
 )
-from workbook_builder.models import llama
 from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import get_kind
