@@ -13,9 +13,11 @@ token for MHA, GQA and MQA.
 
 from dataclasses import dataclass, field
 
-from reference.kv_cache import EXAMPLE_SIZES, kv_cache_ref
+from reference.kv_cache import kv_cache_ref
 from sheets._bands import (
     CAUSAL_MASK,
+    GroupedHeads,
+    GroupedHeadsKind,
     X,
     concat_heads,
     head_steps,
@@ -23,11 +25,13 @@ from sheets._bands import (
     softmax_steps,
 )
 from sheets.multihead import B_K, B_Q, B_V, W_K, W_Q, W_V
-from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Kind, Map, Step, section
+from workbook_builder.sheet import Custom, Map, Step, section
 from workbook_builder.sheet.declare import Table
 
 CACHE_COLUMNS = ["L", "H", "G", "d_k"]
+# the tutorial's 96 heads, in a model of GPT-3 175B's shape (96 layers, d_k = 128), GQA with
+# 8 key/value groups as LLaMA-2 70B; numbers a user may retype
+EXAMPLE_SIZES = (96, 96, 8, 128)
 CACHE_ROWS = ["this sheet", "h = 96"]
 # numbers per token: a key row and a value row of every layer; {G} is MHA's H, the row's
 # G, or MQA's 1
@@ -35,22 +39,9 @@ CACHE_FORMULAS = {"MHA": "2*{L}*{H}*{d_k}", "GQA": "2*{L}*{G}*{d_k}", "MQA": "2*
 
 
 @dataclass(frozen=True)
-class KvCacheParams:
-    seq_len: int = field(default=4, metadata={"help": "decoding steps n (rows of X)"})
-    d_model: int = field(default=4, metadata={"help": "embedding width; d_k = d_model/heads"})
-    heads: int = field(default=2, metadata={"help": "query heads H (must divide d_model)"})
-    kv_heads: int | None = field(default=None, metadata={
-        "help": "key/value heads G (must divide H; 1 = multi-query); default H"})
+class KvCacheParams(GroupedHeads):
     bias: bool = field(default=False, metadata={
         "help": "add bias rows B_Q, B_K, B_V to the projections (GPT-2's c_attn has them)"})
-
-    @property
-    def groups(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
-    def d_k(self) -> int:
-        return self.d_model // self.heads
 
 
 def _new_row(weight: str, bias: bool, t: int, j: int, env) -> str:
@@ -143,7 +134,7 @@ def decode_step(t: int, p) -> list:
               "no later token, so no mask is needed.",
               row_labels=_heads, col_labels=seen, corner="head\\key"),
          *softmax_steps("SCORES" + sfx, None, sfx, over="cached keys"),
-         Step("ATTN" + sfx, "ATTN[h] = A[h]·V_cache", step_attention(t),
+         Step("ATTN" + sfx, "ATTN[h] = A[h]·V_CACHE", step_attention(t),
               "Each head's output for this token: its weights times the cached values.",
               row_labels=_heads, col_labels="k")])
 
@@ -157,7 +148,7 @@ def _seen_label_sets(cls, p, labels):
     return sets
 
 
-class KvCache(Kind):
+class KvCache(GroupedHeadsKind):
     name = "kv-cache"
     summary = "decoding token by token with a KV cache; equals causal attention; cache size"
     sheet_title = "KvCache"
@@ -175,14 +166,6 @@ class KvCache(Kind):
         ("kv_cache", {"seq_len": 4, "d_model": 4, "heads": 2}),
         ("kv_cache_gqa", {"seq_len": 5, "d_model": 8, "heads": 4, "kv_heads": 2}),
     ]
-
-    @classmethod
-    def validate(cls, p):
-        super().validate(p)
-        if p.d_model % p.heads:
-            raise UserError(f"--heads {p.heads} does not divide --d-model {p.d_model}")
-        if p.heads % p.groups:
-            raise UserError(f"--kv-heads {p.groups} does not divide --heads {p.heads}")
 
     @classmethod
     def sections(cls, p):
@@ -231,3 +214,57 @@ class KvCache(Kind):
                           number_format="#,##0"),
                      example]),
         ]
+
+
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
+KvCache.translations = {"zh": {
+    "decoding token by token with a KV cache; equals causal attention; cache size":
+        "用 KV 缓存逐词解码；等于因果注意力；缓存大小",
+    "Step 1 — inputs ({h} query heads, {g} key/value heads, d_k = d_model/H = {d})":
+        "Step 1：输入（{h} 个查询头，{g} 个键/值头，d_k = d_model/H = {d}）",
+    "query weights, heads side by side": "查询权重，各头并排",
+    "query bias": "查询偏置", "key bias": "键偏置", "value bias": "值偏置",
+    "Decode step {t} — token {tok}: append its key and value to the cache, attend its query "
+    "to the cache": "解码第 {t} 步 — 词 {tok}：把它的键和值追加到缓存，再用它的查询关注缓存",
+    **{f"{m} cache: previous rows, then x_t·W_{m}{b}": f"{m} 缓存：之前的行，再加 x_t·W_{m}{b}"
+       for m in "KV" for b in ("", f" + B_{m}")},
+    "The one new query: computed from this token alone.": "唯一的新查询：只由这个词算出。",
+    "The key cache: the rows of the step before, unchanged, and one new row (last).":
+        "键缓存：上一步的各行原样保留，再加一个新行（最后一行）。",
+    "The value cache, grown by one row the same way.": "值缓存，同样增长一行。",
+    "One row per query head: its query against every cached key. The cache holds no later "
+    "token, so no mask is needed.": "每个查询头一行：它的查询与每个缓存的键相乘。缓存里没有"
+                                    "后面的词，所以不需要掩码。",
+    "cached keys": "缓存的键", "head\\key": "头\\键",
+    "Each head's output for this token: its weights times the cached values.":
+        "每个头对这个词的输出：它的权重乘以缓存的值。",
+    "The step outputs stacked: row t is what step t produced":
+        "各步输出堆叠：第 t 行是第 t 步的结果",
+    "Decoding one token at a time, each step seeing only the cache.":
+        "一次解码一个词，每一步只看到缓存。",
+    "The same attention over the whole sequence at once, with a causal mask":
+        "同样的注意力一次作用于整个序列，使用因果掩码",
+    "Whole sequence, head {h} — query columns q{hq}.*, key/value head {g}":
+        "整个序列，头 {h}：查询列 q{hq}.*，键/值头 {g}",
+    "Check — the cached steps equal causal attention over the whole sequence":
+        "检查 — 带缓存的逐步结果等于整个序列上的因果注意力",
+    "Zero up to rounding: the cache gives exactly causal attention.":
+        "除舍入误差外为零：缓存给出的正是因果注意力。",
+    "The largest difference anywhere: about 1e-16. Edit X or a weight and it stays ≈ 0.":
+        "任意位置的最大差值：约 1e-16。修改 X 或任一权重，它仍 ≈ 0。",
+    "diff": "差值",
+    "KV cache size — numbers kept per token, for MHA (G = H), GQA (G groups) and MQA (G = 1)":
+        "KV 缓存大小 — 每个词保存的数值个数：MHA（G = H）、GQA（G 组）和 MQA（G = 1）",
+    "layers L, heads H, groups G, head width d_k": "层数 L、头数 H、组数 G、每头宽度 d_k",
+    "Sizes as numbers: type others to see their cache.": "以数字写出的尺寸：改成别的值即可看到"
+                                                        "相应的缓存。",
+    "A key row and a value row of every layer for each token; GQA divides MHA's by H/G, "
+    "MQA by H.": "每个词在每一层保存一行键和一行值；GQA 把 MHA 的缓存除以 H/G，MQA 除以 H。",
+    "this sheet": "本表", "h = 96": "h = 96",
+    "h = 96: the tutorial's example of 96 heads, in a model of GPT-3 175B's shape (96 layers, "
+    "d_k = 128)": "h = 96：教程中 96 个头的例子，取 GPT-3 175B 的形状（96 层，d_k = 128）",
+    "GQA there with G = 8 key/value groups, as LLaMA-2 70B":
+        "其中 GQA 取 G = 8 个键/值组，与 LLaMA-2 70B 相同",
+    "this sheet: its one layer and its own heads": "本表：它的一层和它自己的头数",
+    "×2 for bytes in 16-bit floats": "按 16 位浮点数计，字节数再 ×2",
+}}

@@ -15,11 +15,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reference.llama_block import llama_block_ref
-from sheets._bands import CAUSAL_MASK, concat_heads, head_steps, position_label_sets
+from sheets._bands import (
+    CAUSAL_MASK,
+    GroupedHeads,
+    GroupedHeadsKind,
+    concat_heads,
+    head_steps,
+    position_label_sets,
+)
 from sheets.encoder_block import excel_number, residual
 from sheets.multihead import W_K, W_O, W_Q, W_V
+from sheets.positional import ANGLES, ROTATION, rotated
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import Input, Map, MatMul, Rows, Step, section
 from workbook_builder.sheet.declare import Table
 
 # SiLU(x) = x·σ(x), each branch's EXP of a non-positive number: no overflow at any x
@@ -27,25 +35,13 @@ SILU = "=IF({G}>=0,{G}/(1+EXP(-{G})),{G}*EXP({G})/(1+EXP({G})))"
 
 
 @dataclass(frozen=True)
-class LlamaBlockParams:
-    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
+class LlamaBlockParams(GroupedHeads):
     d_model: int = field(default=8, metadata={"help": "embedding width d; d_k = d/heads"})
-    heads: int = field(default=2, metadata={"help": "query heads H (must divide d_model)"})
-    kv_heads: int | None = field(default=None, metadata={
-        "help": "key/value heads G (must divide H; 1 = multi-query); default H"})
     d_ff: int = field(default=8, metadata={"help": "MLP width (columns of W_GATE, W_UP)"})
     rms_eps: float = field(default=1e-6, metadata={
         "help": "RMSNorm's eps (the config's rms_norm_eps; LLaMA's default 1e-6)"})
     rope_theta: float = field(default=10000.0, metadata={
         "help": "RoPE frequency base b (the config's rope_theta)"})
-
-    @property
-    def groups(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
-    def d_k(self) -> int:
-        return self.d_model // self.heads
 
 
 X = Input("X", "seq_len", "d_model", "hidden states entering the layer",
@@ -73,26 +69,12 @@ def rms_norm(n: int, src: str, eps: float) -> list[Step]:
     ]
 
 
-def rotated_heads(src: str) -> Custom:
-    """Row p of `src`, each head's d_k columns rotated in half pairs (x_i, x_i+d_k/2) by
-    the angles of position p: a' = a·cos θ − b·sin θ, b' = b·cos θ + a·sin θ."""
-    def each(i, j, env):
-        x, cos, sin = env[src], env["ROPE_COS"], env["ROPE_SIN"]
-        d_k = env.params.d_k
-        start, half = j - j % d_k, d_k // 2
-        pair = j % d_k % half
-        a, b = x.cell(i, start + pair), x.cell(i, start + pair + half)
-        c, s = cos.cell(i, pair), sin.cell(i, pair)
-        return f"={b}*{c}+{a}*{s}" if j % d_k >= half else f"={a}*{c}-{b}*{s}"
-
-    return Custom("seq_len", lambda p: (p.heads if src == "Q" else p.groups) * p.d_k, each)
+# each head's half pairs (x_i, x_i+d_k/2) rotated, as transformers' rotate_half
+Q_ROTATED = rotated("Q", cols=lambda p: p.heads * p.d_k, convention="half")
+K_ROTATED = rotated("K", cols=lambda p: p.groups * p.d_k, convention="half")
 
 
-ROTATION = "(a, b) → (a·cos θ − b·sin θ, b·cos θ + a·sin θ)"
-ANGLES = {"row_labels": "positions", "corner": "pos\\i"}  # a block of angles θ[pos,i]
-
-
-class LlamaBlock(Kind):
+class LlamaBlock(GroupedHeadsKind):
     name = "llama-block"
     summary = "a LLaMA decoder layer: RMSNorm, RoPE, grouped K/V heads, SwiGLU MLP"
     sheet_title = "LlamaBlock"
@@ -114,10 +96,6 @@ class LlamaBlock(Kind):
     @classmethod
     def validate(cls, p):
         super().validate(p)
-        if p.d_model % p.heads:
-            raise UserError(f"--heads {p.heads} does not divide --d-model {p.d_model}")
-        if p.heads % p.groups:
-            raise UserError(f"--kv-heads {p.groups} does not divide --heads {p.heads}")
         if p.d_k % 2:
             raise UserError(f"the head width d_model/heads = {p.d_k} must be even (RoPE "
                             f"rotates pairs)")
@@ -128,9 +106,9 @@ class LlamaBlock(Kind):
 
     @classmethod
     def random_input(cls, name, shape, params, rng):
-        if name.startswith("RMS"):  # RMSNorm weights near 1, as after training
-            return np.round(rng.uniform(0.5, 1.5, size=shape), 2)
-        return super().random_input(name, shape, params, rng)
+        if name not in ("RMS1_WEIGHT", "RMS2_WEIGHT"):
+            return super().random_input(name, shape, params, rng)
+        return np.round(rng.uniform(0.5, 1.5, size=shape), 2)  # near 1, as after training
 
     @classmethod
     def sections(cls, p):
@@ -162,10 +140,10 @@ class LlamaBlock(Kind):
                           corner="pos\\i"),
                      Step("ROPE_SIN", "sin θ", Map("=SIN({A})", A="ROPE_ANGLE"),
                           corner="pos\\i"), convention],
-                    [Step("Q_ROT", f"R_pos·q: {ROTATION}", rotated_heads("Q"),
+                    [Step("Q_ROT", f"R_pos·q: {ROTATION}", Q_ROTATED,
                           "Each query head rotated by its token's position.",
                           row_labels="tokens", col_labels=W_Q.col_labels),
-                     Step("K_ROT", f"R_pos·k: {ROTATION}", rotated_heads("K"),
+                     Step("K_ROT", f"R_pos·k: {ROTATION}", K_ROTATED,
                           "Each key head rotated by its token's position.",
                           row_labels="tokens", col_labels=W_K.col_labels),
                      CAUSAL_MASK]),
@@ -185,7 +163,7 @@ class LlamaBlock(Kind):
                      Step("GATE_ACT", "SiLU(g) = g/(1 + e^−g)", Map(SILU, G="GATE"),
                           "SiLU written so EXP never overflows: g/(1 + e^−g) for g ≥ 0, "
                           "g·e^g/(1 + e^g) below 0."),
-                     Step("GATED", "SiLU(gate) ⊙ up", Map("={A}*{U}", A="GATE_ACT", U="UP"),
+                     Step("GATED", "GATE_ACT ⊙ UP", Map("={A}*{U}", A="GATE_ACT", U="UP"),
                           "The gate scales the up projection elementwise."),
                      Step("MLP_OUT", "GATED·W_DOWN", MatMul("GATED", "W_DOWN"))]),
             section("Step 6 — second residual: the layer's output",
@@ -203,6 +181,7 @@ LlamaBlock.translations = {"zh": {
     "One row per token; row p sits at position p (from 0).":
         "每行一个词；第 p 行位于位置 p（从 0 开始）。",
     "RMSNorm weight w": "RMSNorm 权重 w",
+    "query weights, heads side by side": "查询权重，各头并排",
     "gate weights": "门控权重", "up weights": "上投影权重", "down weights": "下投影权重",
     "Mean of the squares of each row: no mean is subtracted, unlike LayerNorm.":
         "每行平方的均值：与 LayerNorm 不同，不减去均值。",

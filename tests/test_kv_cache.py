@@ -4,6 +4,7 @@ transformers itself token by token with its cache (use_cache=True) gives the sam
 outputs and the same cache, in float64, under the `formulas` engine and LibreOffice; the
 cache-size table is live."""
 
+import inspect
 import shutil
 from pathlib import Path
 
@@ -57,19 +58,24 @@ def decode_with_cache(folder: Path, layer: int, ids: list[int]):
     merged = []
     hook = model.h[layer].attn.c_proj.register_forward_pre_hook(
         lambda _m, args: merged.append(args[0][0].detach().numpy().copy()))
+    # the cache's keyword: `cache` in newer transformers, `past_key_values` before
+    keyword = ("cache" if "cache" in inspect.signature(model.forward).parameters
+               else "past_key_values")
     cache = None
     with torch.no_grad():
         for token in ids:
-            out = model(input_ids=torch.tensor([[token]]), past_key_values=cache,
-                        use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=torch.tensor([[token]]), use_cache=True, **{keyword: cache})
+            cache = out[keyword]
     hook.remove()
-    cached = cache.layers[layer]
+    if hasattr(cache, "layers"):
+        keys, values = cache.layers[layer].keys, cache.layers[layer].values
+    else:  # transformers 4: a list per layer
+        keys, values = cache.key_cache[layer], cache.value_cache[layer]
 
     def side_by_side(t):  # (1, H, n, d_k) -> (n, H·d_k)
         return t[0].permute(1, 0, 2).reshape(len(ids), -1).numpy()
 
-    return np.vstack(merged), side_by_side(cached.keys), side_by_side(cached.values)
+    return np.vstack(merged), side_by_side(keys), side_by_side(values)
 
 
 def engines(path, book, libreoffice):

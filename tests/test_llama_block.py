@@ -82,7 +82,8 @@ def transcribed_layer(model, layer: int, x: np.ndarray) -> np.ndarray:
     config, block = model.config, model.layers[layer]
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     dim = config.hidden_size // heads
-    base = config.rope_parameters["rope_theta"]
+    base = (config.rope_parameters["rope_theta"] if hasattr(config, "rope_parameters")
+            else config.rope_theta)
 
     def rms_norm(norm, h):  # LlamaRMSNorm.forward without .to(torch.float32)
         variance = h.pow(2).mean(-1, keepdim=True)
