@@ -5,7 +5,7 @@ attention per head with its concatenation, source|target token labels, and the c
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from workbook_builder.errors import UserError
@@ -22,6 +22,39 @@ class ValueWidth:
 
 
 D_V = Dim("d_v", lambda p: p.value_width)
+
+
+@dataclass(frozen=True)
+class GroupedHeads:
+    """The sizes of H query heads over G key/value heads (GQA; G = 1 is multi-query), each
+    d_k = d_model/H wide: a base of the Params of kinds with grouped heads."""
+
+    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
+    d_model: int = field(default=4, metadata={"help": "embedding width; d_k = d_model/heads"})
+    heads: int = field(default=2, metadata={"help": "query heads H (must divide d_model)"})
+    kv_heads: int | None = field(default=None, metadata={
+        "help": "key/value heads G (must divide H; 1 = multi-query); default H"})
+
+    @property
+    def groups(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.heads
+
+
+class GroupedHeadsKind(Kind):
+    """A kind whose Params are GroupedHeads: H divides d_model and G divides H, or one line
+    saying which does not. Not registered itself: it has no name."""
+
+    @classmethod
+    def validate(cls, p):
+        super().validate(p)
+        if p.d_model % p.heads:
+            raise UserError(f"--heads {p.heads} does not divide --d-model {p.d_model}")
+        if p.heads % p.groups:
+            raise UserError(f"--kv-heads {p.groups} does not divide --heads {p.heads}")
 
 X = Input("X", "seq_len", "d_model", "token embeddings", note="One row per token.")
 W_Q = Input("W_Q", "d_model", "d_k", "query weights", "d", "k")
@@ -122,10 +155,12 @@ def head_labels(prefix: str, count_of, width_of):
                       for j in range(width_of(p))]
 
 
-def head_steps(h: int, g: int, d_k: int, mask: str | None) -> list[Step]:
-    """Query head h (0-based) over key/value head g: scores, softmax, A·V."""
+def head_steps(h: int, g: int, d_k: int, mask: str | None, q: str = "Q",
+               k: str = "K") -> list[Step]:
+    """Query head h (0-based) over key/value head g: scores (of blocks `q` and `k`),
+    softmax, A·V."""
     sfx, qs, ks = f"_H{h + 1}", (h * d_k, (h + 1) * d_k - 1), (g * d_k, (g + 1) * d_k - 1)
-    scores = scaled_scores(sfx, f"S = Q_{h + 1}·K_{g + 1}ᵀ", q_cols=qs, k_cols=ks,
+    scores = scaled_scores(sfx, f"S = Q_{h + 1}·K_{g + 1}ᵀ", q=q, k=k, q_cols=qs, k_cols=ks,
                            explanation="Scores of this head divided by √d_k.")
     return [*scores, *softmax_steps("SCALED" + sfx, mask, sfx),
             Step("HEAD" + sfx, f"head_{h + 1} = A·V_{g + 1}", MatMul("WEIGHTS" + sfx, "V",

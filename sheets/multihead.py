@@ -14,6 +14,8 @@ from sheets._bands import (
     CAUSAL_MASK,
     COST_ZH,
     Cost,
+    GroupedHeads,
+    GroupedHeadsKind,
     X,
     bias_of,
     concat_and_mix,
@@ -22,29 +24,15 @@ from sheets._bands import (
     head_steps,
     projections,
 )
-from workbook_builder.errors import UserError
-from workbook_builder.sheet import Input, Kind, section
+from workbook_builder.sheet import Input, section
 
 
 @dataclass(frozen=True)
-class MultiheadParams:
-    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of X)"})
-    d_model: int = field(default=4, metadata={"help": "embedding width; d_k = d_model/heads"})
-    heads: int = field(default=2, metadata={"help": "query heads H (must divide d_model)"})
-    kv_heads: int | None = field(default=None, metadata={
-        "help": "key/value heads G (must divide H; 1 = multi-query); default H"})
+class MultiheadParams(GroupedHeads):
     causal: bool = field(default=False, metadata={
         "help": "mask future tokens (query i sees keys j ≤ i)"})
     bias: bool = field(default=False, metadata={
         "help": "add bias rows B_Q, B_K, B_V, B_O to the projections (nn.Linear's bias)"})
-
-    @property
-    def groups(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
-    def d_k(self) -> int:
-        return self.d_model // self.heads
 
 
 def _heads(p):
@@ -91,7 +79,7 @@ COSTS = [
 ]
 
 
-class Multihead(Kind):
+class Multihead(GroupedHeadsKind):
     name = "multihead"
     summary = "multi-head attention: split, per-head softmax, concat, W_O (GQA via --kv-heads)"
     sheet_title = "Multihead"
@@ -109,14 +97,6 @@ class Multihead(Kind):
         ("multihead_gqa_causal", {"seq_len": 5, "d_model": 8, "heads": 4, "kv_heads": 2,
                                   "causal": True}),
     ]
-
-    @classmethod
-    def validate(cls, p):
-        super().validate(p)
-        if p.d_model % p.heads:
-            raise UserError(f"--heads {p.heads} does not divide --d-model {p.d_model}")
-        if p.heads % p.groups:
-            raise UserError(f"--kv-heads {p.groups} does not divide --heads {p.heads}")
 
     @classmethod
     def sections(cls, p):

@@ -18,6 +18,7 @@ from reference.positional import positional_ref
 from sheets._bands import W_K, W_Q, position_label_sets
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
+from workbook_builder.sheet.declare import Size
 from workbook_builder.sheet.refs import range_ref
 
 ROPE_CONVENTIONS = ["interleaved", "half"]
@@ -46,17 +47,23 @@ def pair_of(j: int, d: int, convention: str) -> tuple[int, int, int, bool]:
     return i, i, i + half, j >= half
 
 
-def rotated(src: str, first_row_only: bool = False) -> Custom:
+def rotated(src: str, first_row_only: bool = False, cols: Size = "d_k",
+            convention: str | None = None) -> Custom:
     """Row pos of `src` (or its first row, anchored, at every pos) rotated by the angles of
-    position pos: a' = a·cos θ − b·sin θ,  b' = b·cos θ + a·sin θ. One formula per cell."""
+    position pos: a' = a·cos θ − b·sin θ,  b' = b·cos θ + a·sin θ. One formula per cell.
+    `src` may hold several heads of d_k columns side by side, each rotated alike; the
+    pairs follow `convention`, else the parameter `rope`."""
     def each(i, j, env):
         x, cos, sin = env[src], env["ROPE_COS"], env["ROPE_SIN"]
-        pair, a, b, second = pair_of(j, x.cols, env.params.rope)
+        d_k = env.params.d_k
+        head = j - j % d_k  # first column of this column's head
+        pair, a, b, second = pair_of(j % d_k, d_k, convention or env.params.rope)
+        a, b = head + a, head + b
         ref = (lambda c: x.fixed(0, c)) if first_row_only else (lambda c: x.cell(i, c))
         c, s = cos.cell(i, pair), sin.cell(i, pair)
         return f"={ref(b)}*{c}+{ref(a)}*{s}" if second else f"={ref(a)}*{c}-{ref(b)}*{s}"
 
-    return Custom("seq_len", "d_k", each)
+    return Custom("seq_len", cols, each)
 
 
 def pe_cell(i, j, env):  # PE[pos,2i] = sin θ[pos,i], PE[pos,2i+1] = cos θ[pos,i]

@@ -35,8 +35,8 @@ def readme_section(kind_name: str) -> str:
 
 def documented_name(name: str) -> str:
     """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj, SCORES_D64 (a width) as
-    SCORES_Dw."""
-    for numbered, documented in (("H", "Hh"), ("B", "Bj"), ("D", "Dw")):
+    SCORES_Dw, Q_T3 (a decoding step) as Q_Tt."""
+    for numbered, documented in (("H", "Hh"), ("B", "Bj"), ("D", "Dw"), ("T", "Tt")):
         name = re.sub(rf"_{numbered}\d+$", f"_{documented}", name)
     return name
 

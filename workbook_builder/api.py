@@ -15,6 +15,7 @@ import dataclasses
 import html
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from workbook_builder.demo import (
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.models.families import KIND_FAMILIES
+from workbook_builder.models.kv_cache import kv_cache_inputs
 from workbook_builder.models.loader import ModelInputs, model_inputs, parse_token_ids
 from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS, set_number
 from workbook_builder.sheet.kind import Kind, complete_inputs
@@ -225,8 +227,9 @@ def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path |
         if text is not None or ids is not None or layer or prefix is not None:
             raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
         return None
-    return model_inputs(kind, checkpoint, layer=layer, prefix=prefix, text=text,
-                        token_ids=ids, explicit=sizes)
+    read = kv_cache_inputs if kind == "kv-cache" else partial(model_inputs, kind)
+    return read(checkpoint, layer=layer, prefix=prefix, text=text, token_ids=ids,
+                explicit=sizes)
 
 
 def check(path_or_book: str | Path | Book, engine: str = "formulas",

@@ -56,12 +56,42 @@ BERT = Family(
     layers_key="num_hidden_layers",
 )
 
-FAMILIES = (BERT,)
+def _llama_layer() -> dict[str, tuple[str, str]]:
+    base = "layers.{layer}."
+    table = {"RMS1_WEIGHT": (base + "input_layernorm.weight", ROW),
+             "RMS2_WEIGHT": (base + "post_attention_layernorm.weight", ROW)}
+    for ours, theirs in (("Q", "self_attn.q_proj"), ("K", "self_attn.k_proj"),
+                         ("V", "self_attn.v_proj"), ("O", "self_attn.o_proj"),
+                         ("GATE", "mlp.gate_proj"), ("UP", "mlp.up_proj"),
+                         ("DOWN", "mlp.down_proj")):
+        table[f"W_{ours}"] = (base + theirs + ".weight", LINEAR)
+    return table
+
+
+# LlamaModel's names ("model." before them inside LlamaForCausalLM, found as the prefix);
+# rope_theta of newer configs sits in rope_parameters: models/llama.py reads it
+LLAMA = Family(
+    name="LLaMA",
+    model_types=("llama",),
+    anchor="layers.0.self_attn.q_proj.weight",
+    layer=_llama_layer(),
+    embeddings={"WORD_EMB": ("embed_tokens.weight", TABLE)},
+    config={"hidden_size": "d_model", "num_attention_heads": "heads",
+            "num_key_value_heads": "kv_heads", "intermediate_size": "d_ff",
+            "rms_norm_eps": "rms_eps", "rope_theta": "rope_theta"},
+    layers_key="num_hidden_layers",
+    post_ln=False,
+)
+
+FAMILIES = (BERT, LLAMA)
 # the kinds a checkpoint can fill, and the family tables they read
-KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,)}
+KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,), "llama-block": (LLAMA,),
+                 # GPT-2's fused c_attn split into Q, K, V: read by models/kv_cache.py
+                 "kv-cache": ()}
 # config.json hidden_act -> (activation, gelu form)
 ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
-               "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh")}
+               "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh"),
+               "silu": ("silu", "tanh")}
 # tensor names that tell other families apart, for a helpful error
 SIGNATURES = {"GPT-2": "h.0.attn.c_attn.weight", "LLaMA": "layers.0.self_attn.q_proj.weight",
               "T5": "encoder.block.0.layer.0.SelfAttention.q.weight"}

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models import llama
 from workbook_builder.models.families import (
     ACTIVATIONS,
     KIND_FAMILIES,
@@ -24,7 +25,7 @@ from workbook_builder.sheet.registry import get_kind
 
 MODELS_EXTRA = "pip install 'attnsheets[models]'"
 # flags that shape every layer, so also the layers computed before the one on the sheet
-LAYER_FLAGS = ("heads", "ln_eps", "activation", "gelu")
+LAYER_FLAGS = ("heads", "ln_eps", "activation", "gelu", "kv_heads", "rms_eps", "rope_theta")
 
 
 @dataclass
@@ -56,6 +57,8 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     family = _family(checkpoint, KIND_FAMILIES[kind_name])
     base = _prefix(checkpoint, family, prefix)
     sizes = _sizes(checkpoint, family, base, explicit or {})
+    if family.name == "LLaMA":
+        sizes.update(llama.config_sizes(checkpoint.config or {}, checkpoint.source))
     # flags given by hand win, in the layers before this one too
     sizes.update({k: v for k, v in (explicit or {}).items() if k in LAYER_FLAGS})
     layers = _layer_count(checkpoint, family, base)
@@ -240,6 +243,18 @@ def _hidden_states(checkpoint: Checkpoint, family: Family, base: str, sizes: dic
                    embedded: dict[str, np.ndarray], layer: int) -> np.ndarray:
     """The embedding step, then layers 0 … layer−1, each by encoder-block's NumPy
     reference: the hidden states entering `layer`."""
+    if family.name == "LLaMA":  # no embedding step of its own: the looked-up rows
+        kind = get_kind("llama-block")
+        fields = {f.name for f in dataclasses.fields(kind.Params)}
+        values = {k: v for k, v in sizes.items() if k in fields}
+
+        def params(n: int):
+            return make_params(kind, {**values, "seq_len": n})
+
+        return llama.hidden_states(
+            kind.reference, params, lambda k: _layer_inputs(
+                checkpoint, family, base, k, kind.input_shapes(params(1))),
+            embedded["WORD_EMB"], layer)
     encoder = get_kind("encoder-block")
     n = len(embedded["WORD_EMB"])
     fields = {f.name for f in dataclasses.fields(encoder.Params)}

@@ -1,0 +1,223 @@
+"""Kind `llama-block`: one LLaMA decoder layer (transformers' `LlamaDecoderLayer`), every
+step a formula, weights in `X @ W` orientation, no biases.
+
+    RMS(r) = r/√(Σ_j r_j²/d + eps)·w                         (eps inside the root, as theirs)
+    RMS1_OUT = RMS(X);  Q = RMS1_OUT·W_Q (H heads), K, V (G heads, --kv-heads)
+    θ[p,i] = p·b^(−2i/d_k);  per head (x_i, x_i+d_k/2) → (a·cos θ − b·sin θ, b·cos θ + a·sin θ)
+    head_h = softmax(causal(Q_ROT_h·K_ROT_gᵀ/√d_k))·V_g,  g = ⌊h·G/H⌋
+    ATTN = [head_1 … head_H]·W_O;  RESID_1 = X + ATTN
+    RMS2_OUT = RMS(RESID_1);  MLP_OUT = (SiLU(RMS2_OUT·W_GATE) ⊙ RMS2_OUT·W_UP)·W_DOWN
+    OUTPUT = RESID_1 + MLP_OUT
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from reference.llama_block import llama_block_ref
+from sheets._bands import (
+    CAUSAL_MASK,
+    GroupedHeads,
+    GroupedHeadsKind,
+    concat_heads,
+    head_steps,
+    position_label_sets,
+)
+from sheets.encoder_block import excel_number, residual
+from sheets.multihead import W_K, W_O, W_Q, W_V
+from sheets.positional import ANGLES, ROTATION, rotated
+from workbook_builder.errors import UserError
+from workbook_builder.sheet import Input, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet.declare import Table
+
+# SiLU(x) = x·σ(x), each branch's EXP of a non-positive number: no overflow at any x
+SILU = "=IF({G}>=0,{G}/(1+EXP(-{G})),{G}*EXP({G})/(1+EXP({G})))"
+
+
+@dataclass(frozen=True)
+class LlamaBlockParams(GroupedHeads):
+    d_model: int = field(default=8, metadata={"help": "embedding width d; d_k = d/heads"})
+    d_ff: int = field(default=8, metadata={"help": "MLP width (columns of W_GATE, W_UP)"})
+    rms_eps: float = field(default=1e-6, metadata={
+        "help": "RMSNorm's eps (the config's rms_norm_eps; LLaMA's default 1e-6)"})
+    rope_theta: float = field(default=10000.0, metadata={
+        "help": "RoPE frequency base b (the config's rope_theta)"})
+
+
+X = Input("X", "seq_len", "d_model", "hidden states entering the layer",
+          note="One row per token; row p sits at position p (from 0).")
+RMS_WEIGHTS = {n: Input(f"RMS{n}_WEIGHT", 1, "d_model", "RMSNorm weight w", ["w"], "d")
+               for n in (1, 2)}
+W_GATE = Input("W_GATE", "d_model", "d_ff", "gate weights", "d", "f")
+W_UP = Input("W_UP", "d_model", "d_ff", "up weights", "d", "f")
+W_DOWN = Input("W_DOWN", "d_ff", "d_model", "down weights", "f", "d")
+
+
+def rms_norm(n: int, src: str, eps: float) -> list[Step]:
+    """RMS(r) = r/√(ms + eps)·w over each row of `src`, ms the mean of the squares."""
+    eps_text = excel_number(eps)
+    return [
+        # ms_i = Σ_j r_ij² / d
+        Step(f"RMS{n}_MS", "ms = Σ_j r_j² / d", Rows("=SUMPRODUCT({R},{R})/{d_model}", R=src),
+             "Mean of the squares of each row: no mean is subtracted, unlike LayerNorm.",
+             col_labels=["ms"]),
+        # out_ij = r_ij / √(ms_i + eps) · w_j
+        Step(f"RMS{n}_OUT", f"r / √(ms + {eps_text}) · w",
+             Map(f"={{R}}/SQRT({{M}}+{eps_text})*{{W}}", R=src, M=f"RMS{n}_MS",
+                 W=f"RMS{n}_WEIGHT"),
+             "Each row scaled to root-mean-square 1, then by the weight w (no shift)."),
+    ]
+
+
+# each head's half pairs (x_i, x_i+d_k/2) rotated, as transformers' rotate_half
+Q_ROTATED = rotated("Q", cols=lambda p: p.heads * p.d_k, convention="half")
+K_ROTATED = rotated("K", cols=lambda p: p.groups * p.d_k, convention="half")
+
+
+class LlamaBlock(GroupedHeadsKind):
+    name = "llama-block"
+    summary = "a LLaMA decoder layer: RMSNorm, RoPE, grouped K/V heads, SwiGLU MLP"
+    sheet_title = "LlamaBlock"
+    Params = LlamaBlockParams
+    reference = staticmethod(llama_block_ref)
+    inputs = [X, RMS_WEIGHTS[1], W_Q, W_K, W_V, W_O, RMS_WEIGHTS[2], W_GATE, W_UP, W_DOWN]
+    label_sets = classmethod(position_label_sets)
+    test_cases = [
+        {"seq_len": 3, "d_model": 4, "heads": 2, "d_ff": 6},
+        {"seq_len": 4, "d_model": 8, "heads": 4, "kv_heads": 2, "d_ff": 5, "rope_theta": 100},
+        {"seq_len": 3, "d_model": 4, "heads": 2, "kv_heads": 1, "d_ff": 3, "rms_eps": 1e-5},
+    ]
+    demo_cases = [
+        ("llama_block", {"seq_len": 4, "d_model": 8, "heads": 2, "d_ff": 8}),
+        ("llama_block_gqa", {"seq_len": 5, "d_model": 8, "heads": 4, "kv_heads": 2,
+                             "d_ff": 6, "rope_theta": 100}),
+    ]
+
+    @classmethod
+    def validate(cls, p):
+        super().validate(p)
+        if p.d_k % 2:
+            raise UserError(f"the head width d_model/heads = {p.d_k} must be even (RoPE "
+                            f"rotates pairs)")
+        if not 0 < p.rms_eps < 1:
+            raise UserError(f"--rms-eps must be a small positive number, got {p.rms_eps}")
+        if not p.rope_theta > 1:
+            raise UserError(f"--rope-theta must be greater than 1, got {p.rope_theta}")
+
+    @classmethod
+    def random_input(cls, name, shape, params, rng):
+        if name not in ("RMS1_WEIGHT", "RMS2_WEIGHT"):
+            return super().random_input(name, shape, params, rng)
+        return np.round(rng.uniform(0.5, 1.5, size=shape), 2)  # near 1, as after training
+
+    @classmethod
+    def sections(cls, p):
+        eps = p.rms_eps
+        # Q = RMS1_OUT·W_Q, likewise K and V (no biases in LLaMA)
+        qkv = [Step(n, f"{n} = RMS1_OUT·W_{n}", MatMul("RMS1_OUT", f"W_{n}")) for n in "QKV"]
+        heads = [section(f"Head {h + 1} — query columns q{h + 1}.*, key/value head {g + 1}",
+                         head_steps(h, g, p.d_k, "MASK", q="Q_ROT", k="K_ROT"))
+                 for h, g in ((h, h * p.groups // p.heads) for h in range(p.heads))]
+        convention = Table((
+            ("RoPE pairs (x_i, x_i+d_k/2) inside each head, as transformers' rotate_half", ""),
+            ("Meta's own code pairs neighbours (x_2i, x_2i+1); its checkpoints are converted "
+             "by permuting W_Q and W_K, so both give the same scores", ""),))
+        return [
+            section("Step 1 — inputs: the hidden states and the first RMSNorm's weight",
+                    [X, RMS_WEIGHTS[1]]),
+            section("RMSNorm 1 — each row divided by its root mean square, times w",
+                    rms_norm(1, "X", eps)),
+            section("Step 2 — queries, keys, values ({heads} query heads, {groups} key/value "
+                    "heads of d_k = {d_k})", [W_Q, W_K, W_V], qkv),
+            section("Step 3 — RoPE: rotate each head's half pairs of q and k by "
+                    "pos·{rope_theta}^(−2i/{d_k})",
+                    [Step("ROPE_ANGLE", "θ = pos · {rope_theta}^(−2i/{d_k})",
+                          Map("={ROW_LABEL}*POWER({rope_theta},-2*{COL_LABEL}/{d_k})",
+                              rows="seq_len", cols=lambda p: p.d_k // 2),
+                          "Rotation angle of pair i at each position.",
+                          col_labels=lambda p: list(range(p.d_k // 2)), **ANGLES),
+                     Step("ROPE_COS", "cos θ", Map("=COS({A})", A="ROPE_ANGLE"),
+                          corner="pos\\i"),
+                     Step("ROPE_SIN", "sin θ", Map("=SIN({A})", A="ROPE_ANGLE"),
+                          corner="pos\\i"), convention],
+                    [Step("Q_ROT", f"R_pos·q: {ROTATION}", Q_ROTATED,
+                          "Each query head rotated by its token's position.",
+                          row_labels="tokens", col_labels=W_Q.col_labels),
+                     Step("K_ROT", f"R_pos·k: {ROTATION}", K_ROTATED,
+                          "Each key head rotated by its token's position.",
+                          row_labels="tokens", col_labels=W_K.col_labels),
+                     CAUSAL_MASK]),
+            *heads,
+            # ATTN = CONCAT·W_O;  RESID_1 = X + ATTN
+            section("Step 4 — concatenate the heads, project with W_O, add the residual",
+                    [concat_heads(p.heads, p.d_k), W_O],
+                    [Step("ATTN", "CONCAT·W_O", MatMul("CONCAT", "W_O")),
+                     residual("RESID_1", "X", "ATTN",
+                              "The residual connection: the layer adds to its input.")]),
+            section("RMSNorm 2 — before the MLP", [RMS_WEIGHTS[2]], rms_norm(2, "RESID_1", eps)),
+            # MLP_OUT = (SiLU(h·W_GATE) ⊙ h·W_UP)·W_DOWN
+            section("Step 5 — SwiGLU MLP: SiLU(gate) times up, projected down",
+                    [W_GATE, W_UP, W_DOWN],
+                    [Step("GATE", "RMS2_OUT·W_GATE", MatMul("RMS2_OUT", "W_GATE")),
+                     Step("UP", "RMS2_OUT·W_UP", MatMul("RMS2_OUT", "W_UP")),
+                     Step("GATE_ACT", "SiLU(g) = g/(1 + e^−g)", Map(SILU, G="GATE"),
+                          "SiLU written so EXP never overflows: g/(1 + e^−g) for g ≥ 0, "
+                          "g·e^g/(1 + e^g) below 0."),
+                     Step("GATED", "GATE_ACT ⊙ UP", Map("={A}*{U}", A="GATE_ACT", U="UP"),
+                          "The gate scales the up projection elementwise."),
+                     Step("MLP_OUT", "GATED·W_DOWN", MatMul("GATED", "W_DOWN"))]),
+            section("Step 6 — second residual: the layer's output",
+                    residual("OUTPUT", "RESID_1", "MLP_OUT",
+                             "LLaMA normalises before each sub-layer, never the residual "
+                             "stream itself.")),
+        ]
+
+
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
+LlamaBlock.translations = {"zh": {
+    "a LLaMA decoder layer: RMSNorm, RoPE, grouped K/V heads, SwiGLU MLP":
+        "LLaMA 解码器层：RMSNorm、RoPE、分组键/值头、SwiGLU MLP",
+    "hidden states entering the layer": "进入本层的隐状态",
+    "One row per token; row p sits at position p (from 0).":
+        "每行一个词；第 p 行位于位置 p（从 0 开始）。",
+    "RMSNorm weight w": "RMSNorm 权重 w",
+    "query weights, heads side by side": "查询权重，各头并排",
+    "gate weights": "门控权重", "up weights": "上投影权重", "down weights": "下投影权重",
+    "Mean of the squares of each row: no mean is subtracted, unlike LayerNorm.":
+        "每行平方的均值：与 LayerNorm 不同，不减去均值。",
+    "Each row scaled to root-mean-square 1, then by the weight w (no shift).":
+        "每行缩放为均方根 1，再乘以权重 w（没有平移）。",
+    "Step 1 — inputs: the hidden states and the first RMSNorm's weight":
+        "Step 1：输入 — 隐状态与第一个 RMSNorm 的权重",
+    "RMSNorm 1 — each row divided by its root mean square, times w":
+        "RMSNorm 1：每行除以它的均方根，再乘 w",
+    "Step 2 — queries, keys, values ({h} query heads, {g} key/value heads of d_k = {d})":
+        "Step 2：生成 Q、K、V（{h} 个查询头，{g} 个键/值头，每头 d_k = {d}）",
+    "Step 3 — RoPE: rotate each head's half pairs of q and k by pos·{b}^(−2i/{d})":
+        "Step 3：RoPE — 把 q 和 k 每个头的前后半配对旋转 pos·{b}^(−2i/{d})",
+    "Rotation angle of pair i at each position.": "每个位置上第 i 对的旋转角度。",
+    "RoPE pairs (x_i, x_i+d_k/2) inside each head, as transformers' rotate_half":
+        "RoPE 在每个头内配对 (x_i, x_i+d_k/2)，与 transformers 的 rotate_half 相同",
+    "Meta's own code pairs neighbours (x_2i, x_2i+1); its checkpoints are converted by "
+    "permuting W_Q and W_K, so both give the same scores":
+        "Meta 原始代码配对相邻列 (x_2i, x_2i+1)；其权重在转换时重排了 W_Q 和 W_K，"
+        "所以两者给出相同的分数",
+    "Each query head rotated by its token's position.": "每个查询头按其词的位置旋转。",
+    "Each key head rotated by its token's position.": "每个键头按其词的位置旋转。",
+    "Head {h} — query columns q{hq}.*, key/value head {g}":
+        "头 {h}：查询列 q{hq}.*，键/值头 {g}",
+    "Step 4 — concatenate the heads, project with W_O, add the residual":
+        "Step 4：拼接各头，乘以 W_O，加上残差",
+    "The residual connection: the layer adds to its input.":
+        "残差连接：这一层的结果加回到它的输入上。",
+    "RMSNorm 2 — before the MLP": "RMSNorm 2：在 MLP 之前",
+    "Step 5 — SwiGLU MLP: SiLU(gate) times up, projected down":
+        "Step 5：SwiGLU MLP — SiLU(门控) 乘以上投影，再下投影",
+    "SiLU written so EXP never overflows: g/(1 + e^−g) for g ≥ 0, g·e^g/(1 + e^g) below 0.":
+        "SiLU 的写法使 EXP 永不溢出：g ≥ 0 时为 g/(1 + e^−g)，g < 0 时为 g·e^g/(1 + e^g)。",
+    "The gate scales the up projection elementwise.": "门控逐元素缩放上投影。",
+    "Step 6 — second residual: the layer's output": "Step 6：第二个残差：这一层的输出",
+    "LLaMA normalises before each sub-layer, never the residual stream itself.":
+        "LLaMA 在每个子层之前归一化，从不归一化残差流本身。",
+    "pos": "位置", "pos\\i": "位置\\i",
+}}

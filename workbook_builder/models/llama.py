@@ -1,0 +1,47 @@
+"""What only LLaMA checkpoints need: RoPE's base where newer configs keep it
+(rope_parameters), the refusals for what the llama-block sheet does not compute (scaled
+RoPE, biases, a head width other than d_model/heads), and the hidden states entering a
+layer: the looked-up embedding rows through the earlier layers, each by llama-block's
+NumPy reference."""
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from workbook_builder.errors import UserError
+
+
+def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """rope_theta from the config's top level (older files) or its rope_parameters; one
+    line for a configuration the sheet would compute wrongly."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":
+        raise UserError(f"{source}: RoPE type {kind!r} (scaled frequencies) is not on the "
+                        f"llama-block sheet; it computes the default RoPE")
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key):
+            raise UserError(f"{source}: config.json sets {key}; the llama-block sheet has "
+                            f"no biases")
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise UserError(f"{source}: hidden_act {act!r}; the llama-block sheet's MLP is SiLU")
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    head_dim = config.get("head_dim")
+    if head_dim is not None and hidden and heads and head_dim * heads != hidden:
+        raise UserError(f"{source}: head_dim {head_dim} is not hidden_size/heads "
+                        f"= {hidden}/{heads}; the sheet's heads are d_model/heads wide")
+    theta = config.get("rope_theta", rope.get("rope_theta"))
+    return {} if theta is None else {"rope_theta": float(theta)}
+
+
+def hidden_states(reference: Callable, params: Callable[[int], Any],
+                  weights: Callable[[int], dict[str, np.ndarray]], embedded: np.ndarray,
+                  layer: int) -> np.ndarray:
+    """Layers 0 … layer−1 applied to the embedding rows: `reference` is llama-block's, run
+    with `params(n)` on the weights of each layer (`weights(k)`)."""
+    x = embedded
+    for k in range(layer):
+        x = reference({**weights(k), "X": x}, params(len(x)))["OUTPUT"]
+    return x
