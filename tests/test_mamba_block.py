@@ -238,3 +238,15 @@ def test_silu_and_softplus_at_the_extremes(tmp_path):
         assert relative(got["U"], expected_u) < 1e-12, engine
         assert relative(got["DELTA"], expected_delta) < 1e-12, engine
         assert got["U"][-1, 0] > 799 and got["DELTA"][0, 3] == got["DELTA_PRE"][0, 3], engine
+
+
+@requires_transformers
+def test_conv_without_bias_reads_as_zero_bias(tmp_path):
+    """use_conv_bias false: the checkpoint has no conv1d.bias, CONV_B is zeros, and the
+    kind's reference still equals the module's block."""
+    folder = tmp_path / "no-conv-bias"
+    save_mamba(folder, {**TEACHING, "use_conv_bias": False})
+    got = model_inputs("mamba-block", folder, layer=0, token_ids=IDS)
+    assert not got.inputs["CONV_B"].any()
+    steps = api.reference("mamba-block", got.inputs, **got.params)
+    assert relative(steps["OUTPUT"], module_block(loaded(folder), 0, got.inputs["X"])) < 1e-6
