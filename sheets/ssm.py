@@ -16,6 +16,7 @@ The work grows linearly in L (about 3·L·D·N cells), where attention's scores 
 """
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import openpyxl
@@ -53,13 +54,15 @@ D = Input("D", 1, "d_model", "skip weight D", ["D"], "d",
           note="The skip connection: y_t gets D ⊙ u_t added.")
 
 
-def state_count(p) -> int:
-    return p.d_model * p.d_state
+def state_count(p, channels: str = "d_model") -> int:
+    """D·N state columns; `channels` names the parameter holding D (mamba-block: d_inner)."""
+    return getattr(p, channels) * p.d_state
 
 
-def state_cols(p) -> list[str]:
+def state_cols(p, channels: str = "d_model") -> list[str]:
     """Channel-major state columns d1.n1, d1.n2, …, d2.n1, …"""
-    return [f"d{d + 1}.n{n + 1}" for d in range(p.d_model) for n in range(p.d_state)]
+    return [f"d{d + 1}.n{n + 1}" for d in range(getattr(p, channels))
+            for n in range(p.d_state)]
 
 
 def a_bar_cell(t: int, k: int, env) -> str:
@@ -92,53 +95,65 @@ def y_cell(t: int, d: int, env) -> str:
             f"+{env['D'].col(d)}*{env['U'].cell(t, d)}")
 
 
+# Δ = softplus(Δ_pre) exactly as PyTorch: x above 20, else ln(1 + eˣ)
+SOFTPLUS = Step("DELTA", "Δ = softplus(·) = IF(x>20, x, LN(1+EXP(x)))",
+                Map("=IF({X}>20,{X},LN(1+EXP({X})))", X="DELTA_PRE"),
+                "Softplus keeps Δ positive. It is the natural log LN: base-10 LOG here (a bug "
+                "in a circulating Mamba sheet) makes every later block wrong. Above 20 "
+                "PyTorch returns x itself.")
+A_STEP = Step("A", "A = −exp(A_LOG)", Map("=-EXP({A_LOG})"),
+              "Diagonal state matrix, one row of N decay rates per channel; it does not "
+              "depend on the input.")
 SELECTION = [
     # Δ_pre = U·W_Δ + b_Δ   (the 1×D bias row is added to every row)
     Step("DELTA_PRE", "U·W_Δ + b_Δ", MatMul("U", "W_DELTA", plus="DELTA_BIAS"),
          "The step size before softplus."),
-    # Δ = softplus(Δ_pre) exactly as PyTorch: x above 20, else ln(1 + eˣ)
-    Step("DELTA", "Δ = softplus(·) = IF(x>20, x, LN(1+EXP(x)))",
-         Map("=IF({X}>20,{X},LN(1+EXP({X})))", X="DELTA_PRE"),
-         "Softplus keeps Δ positive. It is the natural log LN: base-10 LOG here (a bug in a "
-         "circulating Mamba sheet) makes every later block wrong. Above 20 PyTorch returns x "
-         "itself."),
+    SOFTPLUS,
     Step("B_SEL", "B_t = u_t·W_B", MatMul("U", "W_B"), "Input matrix B for each time step."),
     Step("C_SEL", "C_t = u_t·W_C", MatMul("U", "W_C"), "Read-out matrix C for each time step."),
-    Step("A", "A = −exp(A_LOG)", Map("=-EXP({A_LOG})"),
-         "Diagonal state matrix, one row of N decay rates per channel; it does not depend on "
-         "the input."),
+    A_STEP,
 ]
 
 
-def discretised(n: int) -> list[Step]:
+def discretised(n: int, channels: str = "d_model") -> list[Step]:
     """Ā and B̄u, channel-major; in `blocks` one array formula per channel (n columns)."""
+    count, cols = partial(state_count, channels=channels), partial(state_cols, channels=channels)
     return [
         # Ā[t, d·N+n] = exp(Δ[t,d]·A[d,n])   (zero-order hold)
         Step("A_BAR", "Ā_t = exp(Δ_t·A)   (zero-order hold)",
-             Custom("seq_len", state_count, a_bar_cell, per_slice=(n, a_bar_channel)),
+             Custom("seq_len", count, a_bar_cell, per_slice=(n, a_bar_channel)),
              "How much of the state survives one step: in (0, 1) because Δ > 0 and A < 0. "
-             "Columns d.n: channel d, state n.", row_labels="tokens", col_labels=state_cols),
+             "Columns d.n: channel d, state n.", row_labels="tokens", col_labels=cols),
         # B̄u[t, d·N+n] = Δ[t,d]·B[t,n]·u[t,d]   (Euler)
         Step("DELTA_B_U", "B̄_t u_t = Δ_t·B_t·u_t   (Euler)",
-             Custom("seq_len", state_count, delta_b_u_cell, per_slice=(n, delta_b_u_channel)),
+             Custom("seq_len", count, delta_b_u_cell, per_slice=(n, delta_b_u_channel)),
              "What the input writes into the state this step. Euler B̄ = Δ·B, not ZOH's "
              "(ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code does this.", row_labels="tokens",
-             col_labels=state_cols),
+             col_labels=cols),
     ]
 
 
-# h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: one formula per row in `blocks`, reading the row above
-H = Step("H", "h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t,   h_0 = 0",
-         Custom("seq_len", state_count,
-                lambda t, k, env: scan(t, env, lambda block, row: block.cell(row, k)),
-                per_row=lambda t, env: scan(t, env, Block.row)),
-         "The hidden state: N numbers per channel, updated once per row. Work and cells grow "
-         "linearly with the sequence length.", row_labels="tokens", col_labels=state_cols)
-# y[t,d] = Σ_n h[t, d·N+n]·C[t,n] + D[d]·u[t,d]
-Y = Step("Y", "y_t = C_t·h_t + D ⊙ u_t", Custom("seq_len", "d_model", y_cell),
-         "Each channel reads its N states through C_t and adds the skip term. One formula per "
-         "cell in both layouts: a whole-block formula would need a reshape Excel lacks.",
-         row_labels="tokens", col_labels="d")
+def scan_step(channels: str = "d_model") -> Step:
+    """h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: one formula per row in `blocks`, reading the row
+    above."""
+    return Step("H", "h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t,   h_0 = 0",
+                Custom("seq_len", partial(state_count, channels=channels),
+                       lambda t, k, env: scan(t, env, lambda block, row: block.cell(row, k)),
+                       per_row=lambda t, env: scan(t, env, Block.row)),
+                "The hidden state: N numbers per channel, updated once per row. Work and "
+                "cells grow linearly with the sequence length.", row_labels="tokens",
+                col_labels=partial(state_cols, channels=channels))
+
+
+def read_out(channels: str = "d_model") -> Step:
+    """y[t,d] = Σ_n h[t, d·N+n]·C[t,n] + D[d]·u[t,d]"""
+    return Step("Y", "y_t = C_t·h_t + D ⊙ u_t", Custom("seq_len", channels, y_cell),
+                "Each channel reads its N states through C_t and adds the skip term. One "
+                "formula per cell in both layouts: a whole-block formula would need a reshape "
+                "Excel lacks.", row_labels="tokens", col_labels="d")
+
+
+H, Y = scan_step(), read_out()
 GATE = [
     # silu(z) = z·σ(z) = z·(1 + tanh(z/2))/2, which never overflows
     Step("SILU_Z", "silu(z) = z·0.5·(1 + tanh(z/2))", Map("={Z}*0.5*(1+TANH({Z}/2))"),

@@ -10,6 +10,9 @@ by position or token id. A new family (GPT-2, LLaMA, …) adds one table the sam
 from dataclasses import dataclass
 
 LINEAR, ROW, TABLE = "linear", "row", "table"
+# MATRIX: a matrix taken as stored (Mamba's A_log, channels×state); CONV: a depthwise
+# nn.Conv1d weight, channels×1×k, which the loader turns into k×channels (tap j in row j)
+MATRIX, CONV = "matrix", "conv"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ BERT = Family(
     layers_key="num_hidden_layers",
 )
 
+
 def _llama_layer() -> dict[str, tuple[str, str]]:
     base = "layers.{layer}."
     table = {"RMS1_WEIGHT": (base + "input_layernorm.weight", ROW),
@@ -83,15 +87,42 @@ LLAMA = Family(
     post_ln=False,
 )
 
-FAMILIES = (BERT, LLAMA)
+
+def _mamba_layer() -> dict[str, tuple[str, str]]:
+    mixer = "layers.{layer}.mixer."
+    return {"NORM_W": ("layers.{layer}.norm.weight", ROW),
+            "W_IN": (mixer + "in_proj.weight", LINEAR),
+            "CONV_W": (mixer + "conv1d.weight", CONV), "CONV_B": (mixer + "conv1d.bias", ROW),
+            "W_X": (mixer + "x_proj.weight", LINEAR),
+            "W_DELTA": (mixer + "dt_proj.weight", LINEAR),
+            "DELTA_BIAS": (mixer + "dt_proj.bias", ROW),
+            "A_LOG": (mixer + "A_log", MATRIX), "D": (mixer + "D", ROW),
+            "W_OUT": (mixer + "out_proj.weight", LINEAR)}
+
+
+# MambaModel's names ("backbone." inside MambaForCausalLM); workbook_builder/models/mamba.py
+# reads them
+MAMBA = Family(
+    name="Mamba",
+    model_types=("mamba",),
+    anchor="layers.0.mixer.in_proj.weight",
+    layer=_mamba_layer(),
+    embeddings={"X": ("embeddings.weight", TABLE)},
+    config={"layer_norm_epsilon": "ln_eps"},
+    layers_key="num_hidden_layers",
+    post_ln=False,
+)
+
+FAMILIES = (BERT, LLAMA, MAMBA)
 # the kinds a checkpoint can fill, and the family tables they read
 KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,), "llama-block": (LLAMA,),
                  # GPT-2's fused c_attn split into Q, K, V: read by models/kv_cache.py
-                 "kv-cache": ()}
+                 "kv-cache": (), "mamba-block": (MAMBA,)}
 # config.json hidden_act -> (activation, gelu form)
 ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
                "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh"),
                "silu": ("silu", "tanh")}
 # tensor names that tell other families apart, for a helpful error
 SIGNATURES = {"GPT-2": "h.0.attn.c_attn.weight", "LLaMA": "layers.0.self_attn.q_proj.weight",
-              "T5": "encoder.block.0.layer.0.SelfAttention.q.weight"}
+              "T5": "encoder.block.0.layer.0.SelfAttention.q.weight",
+              "Mamba": "layers.0.mixer.in_proj.weight"}

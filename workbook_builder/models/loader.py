@@ -13,8 +13,10 @@ from workbook_builder.errors import UserError
 from workbook_builder.models import llama
 from workbook_builder.models.families import (
     ACTIVATIONS,
+    CONV,
     KIND_FAMILIES,
     LINEAR,
+    MATRIX,
     SIGNATURES,
     TABLE,
     Family,
@@ -53,6 +55,10 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
         raise UserError("give --text or --token-ids, not both")
     if layer < 0:
         raise UserError(f"--layer must be 0 or more, got {layer}")
+    if kind_name == "mamba-block":  # no heads or LayerNorm: its family module reads it
+        from workbook_builder.models.mamba import mamba_inputs
+        return mamba_inputs(path, layer=layer, prefix=prefix, token_ids=token_ids, text=text,
+                            explicit=explicit or {})
     checkpoint = read_checkpoint(Path(path))
     family = _family(checkpoint, KIND_FAMILIES[kind_name])
     base = _prefix(checkpoint, family, prefix)
@@ -202,6 +208,10 @@ def _layer_inputs(checkpoint: Checkpoint, family: Family, base: str, layer: int,
         name = base + theirs.format(layer=layer)
         if how == LINEAR:  # nn.Linear stores out×in; the sheets multiply X·W, W in×out
             inputs[ours] = _tensor(checkpoint, name, (cols, rows)).T
+        elif how == MATRIX:
+            inputs[ours] = _tensor(checkpoint, name, (rows, cols))
+        elif how == CONV:  # channels×1×k -> k×channels
+            inputs[ours] = _tensor(checkpoint, name, (cols, 1, rows))[:, 0, :].T
         else:
             inputs[ours] = _tensor(checkpoint, name, (cols,))[None, :]
     return inputs

@@ -1,0 +1,126 @@
+"""A Mamba checkpoint's layer as the inputs of `mamba-block`: sizes from the tensors' shapes,
+eps from config.json, weights by the MAMBA name table (families.py), and X the embedding rows
+of the tokens carried through the earlier blocks by the kind's own NumPy reference."""
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbook_builder.errors import UserError
+from workbook_builder.models.families import MAMBA
+from workbook_builder.models.files import Checkpoint, read_checkpoint
+from workbook_builder.models.loader import (
+    ModelInputs,
+    _family,
+    _labels_of,
+    _layer_count,
+    _layer_inputs,
+    _prefix,
+    _short,
+    _tokenize,
+)
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import get_kind
+
+KIND = "mamba-block"
+# what the sheet leaves out: a checkpoint that needs it is refused in one line
+UNSUPPORTED = {"use_bias": "in_proj and out_proj biases (use_bias)"}
+
+
+def mamba_inputs(path: str | Path, *, layer: int, prefix: str | None,
+                 token_ids: list[int] | None, text: str | None,
+                 explicit: dict[str, Any]) -> ModelInputs:
+    """The inputs of `mamba-block` for block `layer`; with token ids or text, X is the hidden
+    states entering it, else X is left to the seed."""
+    checkpoint = read_checkpoint(Path(path))
+    family = _family(checkpoint, (MAMBA,))
+    base = _prefix(checkpoint, family, prefix)
+    config = checkpoint.config or {}
+    for key, what in UNSUPPORTED.items():
+        if config.get(key):
+            raise UserError(f"{checkpoint.source}: {what} are not on the mamba-block sheet")
+    if config.get("hidden_act", "silu") != "silu":
+        raise UserError(f"{checkpoint.source}: hidden_act {config['hidden_act']!r}; the "
+                        f"mamba-block sheet computes silu")
+    layers = _layer_count(checkpoint, family, base)
+    if layer >= layers:
+        raise UserError(f"{checkpoint.source}: no layer {layer} (it has layers 0 … "
+                        f"{layers - 1})")
+    sizes = _sizes(checkpoint, base, config)
+    ids, labels = None, None
+    if text is not None:
+        ids, labels = _tokenize(checkpoint, text)
+    elif token_ids is not None:
+        ids, labels = list(token_ids), _labels_of(checkpoint, token_ids)
+    if ids is not None:
+        sizes["seq_len"] = len(ids)
+    kind = get_kind(KIND)
+    params = make_params(kind, {**sizes, **explicit})
+    conv_bias = config.get("use_conv_bias", True)
+    inputs = block_inputs(checkpoint, base, layer, kind.input_shapes(params), conv_bias)
+    where = f"Mamba layer {layer} of {Path(str(path)).name}"
+    if ids is None:
+        return ModelInputs(sizes, inputs, None, f"weights: {where}; X drawn from --seed")
+    x = _embedding_rows(checkpoint, base, ids, params.d_model)
+    for k in range(layer):  # the blocks before this one, by the sheet's own reference
+        weights = block_inputs(checkpoint, base, k, kind.input_shapes(params), conv_bias)
+        x = kind.reference({**weights, "X": x}, params)["OUTPUT"]
+    inputs["X"] = x
+    before = "" if layer == 0 else " through layer 0" if layer == 1 else \
+        f" through layers 0 … {layer - 1}"
+    return ModelInputs(sizes, inputs, labels,
+                       f"weights: {where}; X: the embedding rows of the token ids "
+                       f"{_short(ids)}{before} (numbers, computed by the NumPy reference, "
+                       f"not formulas)")
+
+
+def _sizes(checkpoint: Checkpoint, base: str, config: dict) -> dict[str, Any]:
+    """Every size from the shapes of layer 0 (so a bare weights file needs no flags), eps
+    from config.json (else Mamba's 1e-05)."""
+    def shape(what: str, dims: int) -> tuple[int, ...]:
+        name = base + MAMBA.layer[what][0].format(layer=0)
+        got = checkpoint.shapes.get(name)
+        if got is None or len(got) != dims:
+            raise UserError(f"{checkpoint.source}: no {dims}-dimensional tensor {name}")
+        return tuple(got)
+
+    double_inner, d_model = shape("W_IN", 2)
+    sizes = {"d_model": d_model, "d_inner": double_inner // 2,
+             "d_state": shape("A_LOG", 2)[1], "dt_rank": shape("W_DELTA", 2)[1],
+             "conv_kernel": shape("CONV_W", 3)[2]}
+    rank = config.get("time_step_rank")
+    if rank is not None and rank != sizes["dt_rank"] and not (
+            rank == "auto" and math.ceil(d_model / 16) == sizes["dt_rank"]):
+        raise UserError(f"{checkpoint.source}: config.json's time_step_rank {rank!r} does "
+                        f"not fit dt_proj.weight ({sizes['dt_rank']} columns)")
+    if "layer_norm_epsilon" in config:
+        sizes["ln_eps"] = float(config["layer_norm_epsilon"])
+    return sizes
+
+
+def block_inputs(checkpoint: Checkpoint, base: str, layer: int,
+                 shapes: dict[str, tuple[int, int]], conv_bias: bool) -> dict[str, np.ndarray]:
+    """The sheet's weights of block `layer`; a conv1d without bias (use_conv_bias false)
+    adds zeros."""
+    if conv_bias:
+        return _layer_inputs(checkpoint, MAMBA, base, layer, shapes)
+    without = {name: shape for name, shape in shapes.items() if name != "CONV_B"}
+    return {**_layer_inputs(checkpoint, MAMBA, base, layer, without),
+            "CONV_B": np.zeros(shapes["CONV_B"])}
+
+
+def _embedding_rows(checkpoint: Checkpoint, base: str, ids: list[int],
+                    d_model: int) -> np.ndarray:
+    """The embedding table's row of each token (older checkpoints call it `embedding`)."""
+    name = base + MAMBA.embeddings["X"][0]
+    if name not in checkpoint.shapes and base + "embedding.weight" in checkpoint.shapes:
+        name = base + "embedding.weight"
+    shape = checkpoint.shapes.get(name)
+    if shape is None or len(shape) != 2 or shape[1] != d_model:
+        raise UserError(f"{checkpoint.source}: no tensor {name} (vocabulary×{d_model})")
+    bad = [i for i in ids if not 0 <= i < shape[0]]
+    if bad:
+        raise UserError(f"token id {bad[0]} is outside the vocabulary (0 … {shape[0] - 1})")
+    return checkpoint.tensor(name)[ids]
