@@ -9,20 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import (
+from workbook_builder.sheet import Custom, Dim, Input, Kind, Map, MatMul, MatMulT, Rows, Step
+from workbook_builder.sheet.declare import (
     Chart,
-    Custom,
-    Dim,
-    Input,
-    Kind,
-    Map,
-    MatMul,
-    MatMulT,
-    Rows,
+    Section,
     Series,
-    Step,
+    Size,
+    Table,
+    section,
+    size_of,
 )
-from workbook_builder.sheet.declare import Section, Size, Table, section, size_of
 
 
 class ValueWidth:

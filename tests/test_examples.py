@@ -27,7 +27,7 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan, minilm_zip
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.layout import CHART_MAX_SERIES
+from workbook_builder.sheet.layout import CHART_MAX_SERIES, SheetPlan
 from workbook_builder.teaching.reproduce import TUTORIALS
 
 EXAMPLES = [(name, example) for name, kind in sorted(KINDS.items())
@@ -347,3 +347,20 @@ def test_examples_in_chinese_leave_no_english_prose(kind_name, example, no_minil
             and not cell.value.startswith("=") and english_prose(cell.value)
             and cell.value not in book.spec.tokens]
     assert not left, left
+
+
+@pytest.mark.parametrize("kind_name,params", [
+    ("multihead", {"seq_len": 3, "d_model": 4, "heads": 2}),  # a chart before HEAD_Hh
+    ("multihead", {"seq_len": CHART_MAX_SERIES + 1, "d_model": 2, "heads": 2}),  # none
+])
+def test_the_plan_places_every_block_where_the_writer_does(tmp_path, kind_name, params):
+    kind = KINDS[kind_name]
+    p = make_params(kind, params)
+    plan = SheetPlan(p, kind.label_sets(p, kind.labels(p, None)))
+    plan.write(kind.sections(p), {})
+    path = build(tmp_path, kind_name, params)
+    wb = openpyxl.load_workbook(path)
+    for name, block in plan.blocks.items():
+        where = find_name(wb, name, path)
+        assert (where.top, where.left, where.bottom, where.right) == \
+            (block.top, block.left, block.bottom, block.right), name

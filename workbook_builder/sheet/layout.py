@@ -212,9 +212,8 @@ class SheetWriter:
         a reference to the live cells of a placed block. An exercise's hidden key keeps the
         slot empty (nobody sees it; its blocks stay where the visible sheet has them). A
         chart beyond CHART_MAX_SERIES × CHART_MAX_POINTS is left out, with its slot."""
-        series = [one for s in chart.series for one in self._every_series(s)]
-        points = max((self._series_points(s) for s in series), default=0)
-        if len(series) > CHART_MAX_SERIES or points > CHART_MAX_POINTS:
+        series = self._drawn_series(chart)
+        if series is None:
             return
         top, left = self._slot(chart.cols, chart.rows + 1)
         if not self.name_blocks:
@@ -235,6 +234,14 @@ class SheetWriter:
             drawn.series.append(self._chart_data(one, chart.kind))
         drawn.width, drawn.height = chart.cols * 1.8, chart.rows * 0.53  # cm, as the cells
         self.ws.add_chart(drawn, cell_ref(top + 1, left))
+
+    def _drawn_series(self, chart: Chart) -> list[Series] | None:
+        """The chart's series, one per column (row) where an index is left open; None
+        past CHART_MAX_SERIES series or CHART_MAX_POINTS points (the chart is left out)."""
+        series = [one for s in chart.series for one in self._every_series(s)]
+        points = max((self._series_points(s) for s in series), default=0)
+        return None if len(series) > CHART_MAX_SERIES or points > CHART_MAX_POINTS \
+            else series
 
     def _every_series(self, series: Series) -> list[Series]:
         """A series, or with index None one per column (row) of its block."""
@@ -385,6 +392,8 @@ class SheetPlan(SheetWriter):
         self._grow(top + len(table.rows) - 1, left + 3)
 
     def _chart(self, chart: Chart) -> None:
+        if self._drawn_series(chart) is None:  # left out, as the writer leaves it
+            return
         top, left = self._slot(chart.cols, chart.rows + 1)
         self._grow(top + chart.rows, left + chart.cols - 1)
 
