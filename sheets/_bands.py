@@ -10,7 +10,15 @@ from typing import Any
 
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Dim, Input, Kind, Map, MatMul, MatMulT, Rows, Step
-from workbook_builder.sheet.declare import Section, Size, Table, section, size_of
+from workbook_builder.sheet.declare import (
+    Chart,
+    Section,
+    Series,
+    Size,
+    Table,
+    section,
+    size_of,
+)
 
 
 class ValueWidth:
@@ -115,10 +123,19 @@ CAUSAL_MASK = Step(
     row_labels=positions_from_1, col_labels=positions_from_1, corner="query\\key")
 
 
+def weights_chart(weights: str = "WEIGHTS") -> Chart:
+    """Each query's row of `weights` as a group of bars over the keys, read live from the
+    block (so an edited input redraws it); left out past the layout's chart limit."""
+    return Chart(f"{weights}: each query's weights over the keys",
+                 (Series(weights, along="row"),), kind="bar", y_title="A_ij",
+                 y_range=(0, 1), cols=8, rows=12)
+
+
 def softmax_steps(scaled: str = "SCALED", mask: str | None = None, suffix: str = "",
-                  over: str = "keys") -> list[Step]:
+                  over: str = "keys", chart: bool = False) -> list:
     """The row softmax as visible steps; a causal mask ends each row's max at the
-    diagonal and zeroes the masked exponentials."""
+    diagonal and zeroes the masked exponentials. With `chart`, the weights' chart beside
+    them."""
     row_max, exp, row_sum = "ROW_MAX" + suffix, "EXP" + suffix, "ROW_SUM" + suffix
     shifted = "EXP({S}-{M})"
     return [
@@ -139,7 +156,7 @@ def softmax_steps(scaled: str = "SCALED", mask: str | None = None, suffix: str =
         Step("WEIGHTS" + suffix, "A = P / ℓ", Map("={P}/{L}", P=exp, L=row_sum),
              f"Attention weights: each row is a probability distribution over the {over} "
              f"(sums to 1).", heatmap=True),
-    ]
+    ] + ([weights_chart("WEIGHTS" + suffix)] if chart else [])
 
 
 def weighted_values(explanation: str = "Each output row mixes the value rows by that "
@@ -156,13 +173,13 @@ def head_labels(prefix: str, count_of, width_of):
 
 
 def head_steps(h: int, g: int, d_k: int, mask: str | None, q: str = "Q",
-               k: str = "K") -> list[Step]:
+               k: str = "K") -> list:
     """Query head h (0-based) over key/value head g: scores (of blocks `q` and `k`),
-    softmax, A·V."""
+    softmax and its chart, A·V."""
     sfx, qs, ks = f"_H{h + 1}", (h * d_k, (h + 1) * d_k - 1), (g * d_k, (g + 1) * d_k - 1)
     scores = scaled_scores(sfx, f"S = Q_{h + 1}·K_{g + 1}ᵀ", q=q, k=k, q_cols=qs, k_cols=ks,
                            explanation="Scores of this head divided by √d_k.")
-    return [*scores, *softmax_steps("SCALED" + sfx, mask, sfx),
+    return [*scores, *softmax_steps("SCALED" + sfx, mask, sfx, chart=True),
             Step("HEAD" + sfx, f"head_{h + 1} = A·V_{g + 1}", MatMul("WEIGHTS" + sfx, "V",
                                                                       b_cols=ks),
                  f"Output of head {h + 1}.", col_labels=f"h{h + 1}.")]

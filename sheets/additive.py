@@ -141,7 +141,7 @@ class Additive(TwoSequenceKind):
                      Custom("tgt_len", "src_len", each=score_cell, per_row=score_row),
                      "Alignment score of decoder step i with source token j.",
                      row_labels="tgt", col_labels="src", corner="s_i\\h_j"),
-                *softmax_steps("SCORES", over="source tokens")]),
+                *softmax_steps("SCORES", over="source tokens", chart=True)]),
             # c_i = Σ_j α_ij h_j
             section("Step 5 — context vectors c_i = Σ_j α_ij h_j", weighted_values(
                 "Each decoder step's weighted average of the encoder states.", "CONTEXT",

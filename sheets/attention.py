@@ -22,6 +22,7 @@ from sheets._bands import (
     softmax_steps,
     weighted_values,
 )
+from sheets._examples import hand_qkv, sentence_qkv, wo_ai_ai
 from workbook_builder.sheet import Kind, section
 
 
@@ -60,6 +61,9 @@ class Attention(Kind):
         ("attention", {"seq_len": 4, "d_model": 4, "d_k": 4}),
         ("attention_causal", {"seq_len": 5, "d_model": 4, "d_k": 3, "causal": True}),
     ]
+    examples = {"hand": hand_qkv(), "sentence": sentence_qkv(bias=True),
+                "wo-ai-ai": wo_ai_ai("attention")}
+    demo_examples = ("hand", "sentence", "wo-ai-ai")
 
     @classmethod
     def sections(cls, p):
@@ -71,7 +75,8 @@ class Attention(Kind):
                     projections(bias=p.bias)),
             section("Step 2b/2c — scores Q·Kᵀ, scaled by 1/√d_k",
                     scaled_scores() + ([CAUSAL_MASK] if mask else [])),
-            section("Step 2d — row softmax: max, exp, sum, divide", softmax_steps(mask=mask)),
+            section("Step 2d — row softmax: max, exp, sum, divide",
+                    softmax_steps(mask=mask, chart=True)),
             section("Step 2e — weighted sum of the values", weighted_values()),
         ]
 

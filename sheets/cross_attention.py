@@ -76,7 +76,7 @@ class CrossAttention(TwoSequenceKind):
                     explained(scaled_scores(),
                               "Dot product of target query i with source key j.", scaled)),
             section("Step 4 — softmax over the source positions of each row",
-                    softmax_steps(over="source tokens")),
+                    softmax_steps(over="source tokens", chart=True)),
             # O = A·V (m×d_v)
             section("Step 5 — each target token's mix of the source values", weighted_values(
                 "Row i: the source values weighted by how much target token i attends to "

@@ -27,9 +27,23 @@ from sheets._bands import (
     scaled_scores,
     softmax_steps,
 )
+from sheets._examples import hand_qkv, sentence_qkv, wo_ai_ai
 from sheets.attention import AttentionParams
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Cell, Custom, Kind, Map, MatMul, Step, Table, rows_of, section
+from workbook_builder.sheet import (
+    Cell,
+    Chart,
+    Custom,
+    Kind,
+    Map,
+    MatMul,
+    Series,
+    Step,
+    Table,
+    rows_of,
+    section,
+)
+from workbook_builder.sheet.layout import CHART_MAX_POINTS, CHART_MAX_SERIES
 
 
 @dataclass(frozen=True)
@@ -164,6 +178,20 @@ def key_block(p, j, c0, c1):
         running_sum(j, skip), accumulate(j, c0, c1, skip)], bold=False)
 
 
+def state_charts(t: int):
+    """m_j and α_j of every key block j as lines over the query rows, read live from the
+    M_Bj and ALPHA_Bj blocks: where α dips below 1, block j raised that row's max and the
+    sums so far were rescaled."""
+    running = Chart("m_j: each query row's running max after key block j",
+                    tuple(Series(f"M_B{j}", 0) for j in range(1, t + 1)), kind="line",
+                    y_title="m", cols=8, rows=12)
+    rescales = Chart("α_j = exp(m_{j−1} − m_j): below 1 where key block j raised the max",
+                     tuple(Series(f"ALPHA_B{j}", 0) for j in range(2, t + 1)), kind="line",
+                     y_title="α", y_range=(0, 1), cols=8, rows=12)
+    return section("The running state at a glance: m and α per query row and key block",
+                   [running, *([rescales] if t > 1 else [])])
+
+
 def max_abs_diff(env) -> str:
     return f"=MAX(ABS({env['OUTPUT'].whole()}-{env['OUTPUT_STD'].whole()}))"
 
@@ -173,7 +201,7 @@ def comparison(p) -> list:
     mask, n, b = "MASK" if p.causal else None, p.seq_len, p.block_size
     explained = "The same scores FlashAttention computed block by block."
     return [scaled_scores(explanation=explained) + ([CAUSAL_MASK] if mask else []),
-            softmax_steps(mask=mask),
+            softmax_steps(mask=mask, chart=True),
             [Step("OUTPUT_STD", "O_std = A·V", MatMul("WEIGHTS", "V")),
              # an array formula in both layouts: ABS over a range needs array evaluation
              Step("MAX_ABS_DIFF", "max |O − O_std|", Custom(
@@ -248,6 +276,11 @@ class Flash(Kind):
         ("flash_causal", {"seq_len": 5, "d_model": 4, "d_k": 3, "block_size": 2,
                           "causal": True}),
     ]
+    # hand: query rows 3 and 4 find a larger score in key block 2, so their α₂ < 1
+    examples = {"hand": hand_qkv(block_size=2),
+                "sentence": sentence_qkv(bias=False, block_size=4),
+                "wo-ai-ai": wo_ai_ai("attention", block_size=2)}
+    demo_examples = ("hand", "wo-ai-ai")
 
     @classmethod
     def validate(cls, p):
@@ -277,6 +310,8 @@ class Flash(Kind):
                     f"unnormalised output Õ per query row")]
         for j, (c0, c1) in enumerate(bounds, start=1):
             yield key_block(p, j, c0, c1)
+        if t <= CHART_MAX_SERIES and p.seq_len <= CHART_MAX_POINTS:
+            yield state_charts(t)
         yield from [
             section("Step 4 — normalise once at the end; keep the log-sum-exp", [
                 # O = Õ_T / ℓ_T   (one division, at the end)
@@ -301,6 +336,12 @@ class Flash(Kind):
 # sheet text in Chinese (workbook_builder/teaching/i18n.py); the longer "Key block" entries
 # first
 Flash.translations = {"zh": {
+    "The running state at a glance: m and α per query row and key block":
+        "运行状态一览：每个查询行、每个键块的 m 与 α",
+    "m_j: each query row's running max after key block j":
+        "m_j：处理完键块 j 后每个查询行的运行最大值",
+    "α_j = exp(m_{j−1} − m_j): below 1 where key block j raised the max":
+        "α_j = exp(m_{j−1} − m_j)：键块 j 抬高了最大值的行小于 1",
     "FlashAttention: blockwise online softmax (running max and sum), exact":
         "FlashAttention：分块在线 Softmax（运行最大值与运行和），结果精确",
     "Step 3 — FlashAttention: {t} key block(s) of B = {b}, one at a time, keeping only a "

@@ -24,6 +24,7 @@ from sheets._bands import (
     head_steps,
     projections,
 )
+from sheets._examples import hand_multihead, wo_ai_ai
 from workbook_builder.sheet import Input, section
 
 
@@ -97,6 +98,8 @@ class Multihead(GroupedHeadsKind):
         ("multihead_gqa_causal", {"seq_len": 5, "d_model": 8, "heads": 4, "kv_heads": 2,
                                   "causal": True}),
     ]
+    examples = {"hand": hand_multihead, "wo-ai-ai": wo_ai_ai("multihead")}
+    demo_examples = ("hand", "wo-ai-ai")
 
     @classmethod
     def sections(cls, p):

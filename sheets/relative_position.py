@@ -273,7 +273,7 @@ def head_band(h: int, p) -> list[Step]:
                  Map("={S}+{B}", S=logits, B="BIAS" + sfx, labels_from=logits),
                  "Scores plus the position bias; T5 does not divide by √d_k." if
                  p.bias == "t5" else "Scaled scores plus the position bias."),
-            *softmax_steps("BIASED" + sfx, "MASK" if p.masked else None, sfx),
+            *softmax_steps("BIASED" + sfx, "MASK" if p.masked else None, sfx, chart=True),
             Step("HEAD" + sfx, f"head_{h + 1} = A·V_{h + 1}",
                  MatMul("WEIGHTS" + sfx, "V", b_cols=cols), f"Output of head {h + 1}.",
                  col_labels=f"h{h + 1}.")]

@@ -25,6 +25,7 @@ from sheets._bands import (
     scaled_scores,
     softmax_steps,
     weighted_values,
+    weights_chart,
 )
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Cell, Custom, Input, Kind, Step, section
@@ -177,7 +178,7 @@ def row_max_cell(i, j, env):
                 array=True)
 
 
-def masked_softmax() -> list[Step]:
+def masked_softmax() -> list:
     """The shared row softmax over entries with M_ij = 1 (any pattern, not only a causal
     prefix): its row max reads the mask instead of ending at the diagonal."""
     row_max, exp, row_sum, weights = softmax_steps(mask="MASK")
@@ -193,6 +194,7 @@ def masked_softmax() -> list[Step]:
         row_sum,
         replace(weights, explanation="Attention weights: zero outside the band, each row "
                                      "sums to 1."),
+        weights_chart(),
     ]
 
 

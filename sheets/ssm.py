@@ -24,7 +24,20 @@ import openpyxl
 from reference.ssm import ssm_ref
 from sheets._bands import COST_ZH, Cost, cost_section
 from sheets.attention import Attention
-from workbook_builder.sheet import Block, Custom, Input, Kind, Map, MatMul, Section, Step, section
+from workbook_builder.sheet import (
+    Block,
+    Chart,
+    Custom,
+    Example,
+    Input,
+    Kind,
+    Map,
+    MatMul,
+    Section,
+    Series,
+    Step,
+    section,
+)
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.layout import SheetWriter
 
@@ -38,6 +51,12 @@ class SsmParams:
     gate: bool = field(default=False, metadata={
         "help": "add an input Z and OUTPUT = Y ⊙ silu(Z)"})
 
+
+# `--example hand`: a pulse on channel 1 at t1 and on channel 2 at t4, nothing between, so
+# h_t decays by Ā = exp(Δ·A) from one row to the next where a student can follow it
+HAND = {"U": [[1, 0], [0, 0], [0, 0], [0, 1], [0, 0]], "W_DELTA": [[1, 0], [0, 1]],
+        "DELTA_BIAS": [[0, 0]], "W_B": [[1, 0], [0, 1]], "W_C": [[1, 1], [1, 1]],
+        "A_LOG": [[0, 1], [0, 1]], "D": [[1, 1]]}
 
 U = Input("U", "seq_len", "d_model", "SSM input u_t",
           note="One row per time step, one column per channel.")
@@ -163,6 +182,18 @@ GATE = [
 ]
 
 
+# h_t of this many channels (their first state) in the chart beside H
+CHART_CHANNELS = 4
+
+
+def state_chart(p) -> Chart:
+    """h_t over t of state n1 of the first channels, read live from H's columns d·N."""
+    return Chart("h_t over time: state n1 of the first channels",
+                 tuple(Series("H", d * p.d_state)
+                       for d in range(min(p.d_model, CHART_CHANNELS))),
+                 kind="line", x_title="t", y_title="h", cols=8, rows=12)
+
+
 class Ssm(Kind):
     name = "ssm"
     summary = "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows"
@@ -180,6 +211,10 @@ class Ssm(Kind):
         ("ssm", {"seq_len": 6, "d_model": 2, "d_state": 3}),
         ("ssm_gated", {"seq_len": 8, "d_model": 3, "d_state": 4, "gate": True}),
     ]
+    examples = {"hand": lambda: Example(
+        {"seq_len": 5, "d_model": 2, "d_state": 2}, HAND, None,
+        "example hand: small integers; A = −1 and −e, an input pulse at t1 and t4")}
+    demo_examples = ("hand",)
 
     @classmethod
     def demo_note(cls) -> str:
@@ -211,7 +246,8 @@ class Ssm(Kind):
             section("Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; "
                     "B̄ = Δ·B is Euler (not the paper's ZOH B̄), as mamba's "
                     "selective_scan_ref does", discretised(p.d_state)),
-            section("Step 4 — the scan: each row reads the row above it (h_0 = 0)", H),
+            section("Step 4 — the scan: each row reads the row above it (h_0 = 0)",
+                    [H, state_chart(p)]),
             section("Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t", [Y, *GATE] if p.gate else Y),
             Section(f"Formula cells: L·(3·D·N + 3·D + 2·N) + D·N{gated} + 15 in the cost table "
                     f"— linear in the length L; attention's scores, exponentials and weights "
@@ -270,6 +306,9 @@ if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic tabl
 
 # sheet text in Chinese (workbook_builder/teaching/i18n.py)
 Ssm.translations = {"zh": {
+    "h_t over time: state n1 of the first channels": "h_t 随时间的变化：前几个通道的状态 n1",
+    "{before}example hand: small integers; A = −1 and −e, an input pulse at t1 and t4":
+        "{before}示例 hand：小整数；A = −1 与 −e，输入脉冲在 t1 与 t4",
     "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows":
         "Mamba S6 选择性扫描：softplus Δ，Ā = exp(ΔA)，h_t 逐行递推",
     "Step 1 — inputs: the sequence U (one row per time step) and the parameters":

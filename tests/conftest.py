@@ -8,9 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import openpyxl
@@ -28,6 +30,7 @@ from workbook_builder.engines.gnumeric import recalculate_many
 from workbook_builder.engines.libreoffice import convert_many
 from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.refs import parse_range
 from workbook_builder.sheet.registry import load_kinds
 from workbook_builder.teaching.exercise import ExerciseSpec
 
@@ -231,6 +234,42 @@ def tutorial(tmp_path_factory) -> Demo:
     folder = once_per_run(tmp_path_factory, "tutorial", make)
     return Demo(folder / "books", (folder / "stdout.txt").read_text(encoding="utf-8"),
                 sorted((folder / "books").glob("wo-ai-ai_*.xlsx")))
+
+
+CHART_NS = "{http://schemas.openxmlformats.org/drawingml/2006/chart}"
+
+
+def charts_in(path: Path) -> list[list[dict]]:
+    """Every chart of the file, in the order of its parts: [{tx, x, y}] per series, the
+    references each series reads (name, categories or x values, values)."""
+    with zipfile.ZipFile(path) as book:
+        names = sorted((n for n in book.namelist() if re.match(r"xl/charts/chart\d+\.xml", n)),
+                       key=lambda n: int(re.search(r"(\d+)\.xml", n).group(1)))
+        roots = [ElementTree.fromstring(book.read(name)) for name in names]
+    charts = []
+    for root in roots:
+        found = []
+        for ser in root.iter(f"{CHART_NS}ser"):
+            def ref(*tags, ser=ser):
+                for tag in tags:
+                    node = ser.find(f"{CHART_NS}{tag}")
+                    if node is not None:
+                        return node.find(f".//{CHART_NS}f").text
+                return None
+            found.append({"tx": ref("tx"), "x": ref("xVal", "cat"), "y": ref("yVal", "val")})
+        charts.append(found)
+    return charts
+
+
+def chart_series(path: Path) -> list[dict]:
+    """The series of the file's first chart."""
+    return charts_in(path)[0]
+
+
+def parse_ref(ref: str):
+    """'Sheet'!$A$1:$B$2 -> (sheet, (top, left, bottom, right))."""
+    sheet, _, cells = ref.rpartition("!")
+    return sheet.strip("'"), parse_range(cells)
 
 
 def formulas_of(path: Path):

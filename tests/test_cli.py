@@ -131,7 +131,7 @@ def test_demo_builds_and_checks_every_kind_in_both_layouts(demo):
     for name, kind in workbook_builder.demo.load_kinds().items():
         for stem, _ in kind.demo_cases:
             assert stem in kinds_built, name
-    assert len(demo.books) == len(workbook_builder.demo.demo_plan())
+    assert len(demo.books) == len(workbook_builder.demo.demo_plan(with_model=False))
     assert all(f"{b}" in demo.stdout for b in demo.books)
 
 
@@ -139,8 +139,8 @@ def test_demo_reruns_without_losing_edits(demo, tmp_path, monkeypatch):
     out = tmp_path / "demo"
     shutil.copytree(demo.out, out)
     plan = workbook_builder.demo.demo_plan()[:2]  # the rule, on two of the workbooks
-    monkeypatch.setattr(workbook_builder.demo, "demo_plan", lambda: plan)
-    monkeypatch.setattr(workbook_builder.cli.app, "demo_plan", lambda: plan)
+    monkeypatch.setattr(workbook_builder.demo, "demo_plan", lambda with_model=True: plan)
+    monkeypatch.setattr(workbook_builder.cli.app, "demo_plan", lambda with_model=True: plan)
     # --no-model: the real-BERT workbook (when its package is installed) takes minutes
     assert cli("demo", "--out", out, "--no-model").returncode == 0  # unchanged: rebuilt
     edited = out / plan[0][0]

@@ -4,9 +4,6 @@ cells; MEDIAN alike in both engines; one-line errors for bad widths."""
 
 import json
 import math
-import re
-import zipfile
-from xml.etree import ElementTree
 
 import numpy as np
 import openpyxl
@@ -15,9 +12,11 @@ from conftest import (
     KINDS,
     block_values,
     build,
+    chart_series,
     cli,
     once_per_run,
     one_line_error,
+    parse_ref,
     requires_libreoffice,
     requires_torch,
 )
@@ -32,11 +31,9 @@ from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.sheet import Chart, Input, Series, section
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.layout import SheetWriter
-from workbook_builder.sheet.refs import parse_range
 
 KIND = KINDS["scaling"]
 DEFAULT_WIDTHS = [4, 16, 64, 256, 512]
-C = "{http://schemas.openxmlformats.org/drawingml/2006/chart}"
 
 
 # -- the reference against PyTorch -----------------------------------------------------------
@@ -152,28 +149,6 @@ def test_summary_reads_the_width_blocks_and_row_norms_equal_the_written_jacobian
 
 
 # -- charts ----------------------------------------------------------------------------------
-
-def chart_series(path):
-    """[{tx, x, y}] of every series of the file's first chart: the references it reads."""
-    with zipfile.ZipFile(path) as book:
-        names = sorted(n for n in book.namelist() if re.match(r"xl/charts/chart\d+\.xml", n))
-        root = ElementTree.fromstring(book.read(names[0]))
-    found = []
-    for ser in root.iter(f"{C}ser"):
-        def ref(*tags, ser=ser):
-            for tag in tags:
-                node = ser.find(f"{C}{tag}")
-                if node is not None:
-                    return node.find(f".//{C}f").text
-            return None
-        found.append({"tx": ref("tx"), "x": ref("xVal", "cat"), "y": ref("yVal", "val")})
-    return found
-
-
-def parse_ref(ref: str):
-    sheet, _, cells = ref.rpartition("!")
-    return sheet.strip("'"), parse_range(cells)
-
 
 def test_chart_series_read_the_live_summary_cells(default_book):
     series = chart_series(default_book)

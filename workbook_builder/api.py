@@ -102,9 +102,11 @@ class Book:
     """A workbook of one kind in memory: built, optionally saved, evaluated when asked."""
 
     def __init__(self, kind: type[Kind], params, workbook: Workbook, spec: BookSpec,
-                 path: Path | None = None, values: CellValues | None = None):
+                 path: Path | None = None, values: CellValues | None = None,
+                 note: str | None = None):
         self.kind, self.params, self.workbook, self.spec = kind, params, workbook, spec
         self.path = path
+        self.note = note  # where the numbers come from (a checkpoint, an example)
         self._values = values
 
     @property
@@ -174,15 +176,17 @@ def build(kind: str, path: str | Path | None = None, *,
           max_cells: int = DEFAULT_MAX_CELLS,
           checkpoint: str | Path | None = None, layer: int = 0, prefix: str | None = None,
           text: str | None = None, token_ids: list[int] | str | None = None,
-          **sizes: Any) -> Book:
+          example: str | None = None, **sizes: Any) -> Book:
     """A workbook of `kind`. Sizes are the kind's parameters (seq_len=…, d_k=…); sizes not
     given come from the inputs given, the tokens, then the defaults. Inputs not given are
     drawn from `seed`. With `path` the workbook is saved (atomically; replacing a file only
     with `force`). With `checkpoint` (a model folder, .zip, .safetensors, .pt/.bin or .npz)
     the weights of layer `layer` come from it and its config, and `text` (tokenised by its
-    tokenizer.json) or `token_ids` give X. A sheet beyond Excel's grid or of more than
-    `max_cells` cells, and inputs whose results overflow, are refused before anything is
-    built."""
+    tokenizer.json) or `token_ids` give X. `example` names one of the kind's presets
+    (`Kind.examples`): its sizes, inputs and tokens, each overridden by what is given by
+    hand; the book's `note` says where its numbers come from. A sheet beyond Excel's grid
+    or of more than `max_cells` cells, and inputs whose results overflow, are refused
+    before anything is built."""
     kind_class = get_kind(kind)
     if layout not in LAYOUTS:
         raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -190,10 +194,20 @@ def build(kind: str, path: str | Path | None = None, *,
     given = {name: np.asarray(value, dtype=float) for name, value in (inputs or {}).items()}
     model = checkpoint_inputs(kind_class.name, sizes, checkpoint, layer, prefix, text,
                               token_ids)
+    preset = None
+    if example is not None:
+        if model is not None:
+            raise UserError("--example and --checkpoint cannot be combined: each gives the "
+                            "inputs")
+        preset = kind_class.example(example)
     note = None
     if model is not None:
         given, sizes, note = {**model.inputs, **given}, {**model.params, **sizes}, model.note
         labels_given = labels_given or model.labels
+    if preset is not None:
+        given = {**{k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}, **given}
+        sizes, note = {**preset.params, **sizes}, preset.note
+        labels_given = labels_given or preset.tokens
     params = resolve_params(kind_class, sizes, given, labels_given)
     if isinstance(exercise, str):
         exercise = make_spec(exercise, None, True)
@@ -211,7 +225,7 @@ def build(kind: str, path: str | Path | None = None, *,
                               exercise=exercise, note=note,
                               array_block_cells=None if path is None else CONSTANT_BLOCK_CELLS)
     spec = BookSpec(kind_class.name, dataclasses.asdict(params), layout, labels, lang, exercise)
-    book = Book(kind_class, params, workbook, spec)
+    book = Book(kind_class, params, workbook, spec, note=note)
     if path is not None:
         book.save(path, force=force)
     return book

@@ -43,21 +43,38 @@ class DemoResult:
     seconds: float  # build and check
 
 
-def demo_plan() -> list[tuple[str, type[Kind], dict, str]]:
-    """(file name, kind, parameters, layout) for every demo workbook."""
+# examples that read all-MiniLM-L6-v2 when it is installed: left out with --no-model
+MODEL_EXAMPLES = ("sentence",)
+
+
+def demo_plan(with_model: bool = True) -> list[tuple[str, type[Kind], dict, str]]:
+    """(file name, kind, parameters, layout) for every demo workbook: each kind's
+    examples first ({"example": NAME} as parameters), then its demo cases."""
     plan = []
     for _, kind in sorted(load_kinds().items()):
-        for stem, values in kind.demo_cases:
+        examples = [(f"{kind.name}_{name}".replace("-", "_"), {"example": name})
+                    for name in kind.demo_examples
+                    if with_model or name not in MODEL_EXAMPLES]
+        for stem, values in examples + list(kind.demo_cases):
             for layout in LAYOUTS:
                 plan.append((f"{stem}_{layout}.xlsx", kind, values, layout))
     return plan
 
 
 def build_and_check(kind_name: str, values: dict, layout: str, path: Path) -> DemoResult:
-    """Build one demo workbook and check it from the values its build computed."""
+    """Build one demo workbook (a kind's example when `values` names one) and check it
+    from the values its build computed."""
     started = time.perf_counter()
     kind = load_kinds()[kind_name]
-    built = write_workbook(kind, make_params(kind, values), path, layout=layout, force=True)
+    if "example" in values:
+        preset = kind.example(values["example"])
+        given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
+        built = write_workbook(kind, make_params(kind, preset.params), path, given=given,
+                               tokens=preset.tokens, layout=layout, force=True,
+                               note=preset.note)
+    else:
+        built = write_workbook(kind, make_params(kind, values), path, layout=layout,
+                               force=True)
     report = check_workbook(path, values=built.values, workbook=built.workbook)
     failed = [s.name for s in report.steps if not s.passed]
     return DemoResult(path, built.formula_cells, report.passed, len(report.steps),
@@ -83,9 +100,10 @@ def _manifest(out: Path, names: list[str], force: bool) -> tuple[Path, dict]:
     return manifest_path, manifest
 
 
-def run_demo(out: Path, force: bool, workers: int | None = None) -> Iterator[DemoResult]:
+def run_demo(out: Path, force: bool, workers: int | None = None,
+             with_model: bool = True) -> Iterator[DemoResult]:
     """Build and check every demo workbook, one process per core, in plan order."""
-    plan = demo_plan()
+    plan = demo_plan(with_model)
     manifest_path, manifest = _manifest(out, [name for name, *_ in plan], force)
     # one workbook per task: the engine is single-threaded, so cores work side by side
     with ProcessPoolExecutor(workers or demo_workers()) as pool:

@@ -58,7 +58,9 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     kind.lay_out(sheet, params, inputs, tokens)
     if exercise is not None:
         apply_exercise(sheet, kind, params, inputs, tokens, layout, exercise)
-    sheet.finish()
+    with np.errstate(all="ignore"):  # finite: the build checked (check_results_finite)
+        shown = {**inputs, **kind.reference(inputs, params)}
+    sheet.finish(shown)
     translate_sheets(wb, tr, skip=[KEY_SHEET])
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, tokens, lang, exercise,
                     student)

@@ -118,6 +118,10 @@ def _parser() -> Parser:
                               "NAME=file.csv; repeatable; inputs not given are drawn "
                               "from the seed")
         sub.add_argument("--tokens", help=kind.tokens_help)
+        sub.add_argument("--example", metavar="NAME",
+                         help=f"a preset's sizes, inputs and tokens (flags, --inputs and "
+                              f"--tokens given override them): "
+                              f"{', '.join(kind.examples) or 'none for this kind'}")
         sub.add_argument("--layout", choices=LAYOUTS, default="cells",
                          help="cells: one formula per cell (default, best to read); "
                               "blocks: one array formula per step (compact, fast)")
@@ -177,10 +181,12 @@ def _cmd_build(args) -> int:
     book = api.build(kind.name, args.output, inputs=load_inputs(args.inputs), seed=args.seed,
                      tokens=parse_tokens(args.tokens), layout=args.layout, lang=args.lang,
                      exercise=exercise_from_args(args), force=args.force,
-                     max_cells=args.max_cells, **checkpoint_args(args),
-                     **explicit_params(kind, args))
+                     max_cells=args.max_cells, example=args.example,
+                     **checkpoint_args(args), **explicit_params(kind, args))
     print(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
           f"layout {args.layout}, {book.formula_cells} formula cells")
+    if args.example is not None:
+        print(book.note)
     return EXIT_OK
 
 
@@ -229,12 +235,13 @@ def _cmd_pdf(args) -> int:
 
 def _cmd_demo(args) -> int:
     progress = Progress(args.quiet)
-    plan = demo_plan()
+    plan = demo_plan(args.model)
     all_passed = True
     print(f"{'workbook':<44} {'formula cells':>13} {'steps':>6} {'seconds':>8}  result")
     progress(f"building and checking {len(plan)} workbooks on {demo_workers()} cores")
     try:
-        for number, result in enumerate(run_demo(args.out, args.force), start=1):
+        for number, result in enumerate(run_demo(args.out, args.force,
+                                                           with_model=args.model), start=1):
             progress.clear()
             all_passed &= result.passed
             verdict = "pass" if result.passed else f"FAIL at {result.first_failure}"

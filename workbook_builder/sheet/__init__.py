@@ -20,7 +20,8 @@ from workbook_builder.sheet.declare import (
     rows_of,
     section,
 )
-from workbook_builder.sheet.kind import Kind
+from workbook_builder.sheet.kind import Example, Kind
 
-__all__ = ["Block", "Cell", "Chart", "Custom", "Dim", "Env", "Input", "Kind", "Map", "MatMul",
+__all__ = ["Block", "Cell", "Chart", "Custom", "Dim", "Env", "Example", "Input",
+           "Kind", "Map", "MatMul",
            "MatMulT", "Rows", "Section", "Series", "Step", "Table", "dims", "rows_of", "section"]

@@ -429,25 +429,27 @@ class Table:
 @dataclass(frozen=True)
 class Series:
     """One series of a `Chart`: column `index` of a placed block (its row with
-    along="row"), named by that column's (row's) label cell and plotted against the block's
-    row (column) labels, all as live references."""
+    along="row"), named by that column's (row's) label cell — a one-column block's by the
+    block's name — and plotted against the block's row (column) labels, all as live
+    references. `index` None: one series for every column (row) of the block."""
 
     block: str
-    index: int
+    index: int | None = None
     along: str = "col"  # "col": a column over the row labels; "row": a row over the column labels
 
 
-CHART_KINDS = ("scatter", "line")
+CHART_KINDS = ("scatter", "line", "bar")
 
 
 @dataclass(frozen=True)
 class Chart:
     """A chart in a band, beside the blocks it reads. `kind` "scatter" plots the series
     against numeric labels (e.g. widths), "line" against labels as categories (e.g. the
-    keys of a row of weights). `title` sits in the cell above the chart, so it is
-    translated with the sheet; axis titles are symbols and stay as written. The chart
-    takes `cols` × `rows` cells of the band; `log_x` is a base for a logarithmic x axis
-    (scatter only)."""
+    keys of a row of weights), "bar" as clustered columns over the categories. `title`
+    sits in the cell above the chart, so it is translated with the sheet; axis titles are
+    symbols and stay as written. The chart takes `cols` × `rows` cells of the band;
+    `log_x` is a base for a logarithmic x axis (scatter only); `y_range` fixes the y axis
+    (weights: 0 to 1), else it follows the values."""
 
     title: str
     series: tuple[Series, ...]
@@ -455,6 +457,7 @@ class Chart:
     x_title: str = ""
     y_title: str = ""
     log_x: int | None = None
+    y_range: tuple[float, float] | None = None
     cols: int = 9
     rows: int = 16
 

