@@ -200,7 +200,7 @@ def build(kind: str, path: str | Path | None = None, *,
             raise UserError(f"this layer has {cells:,} input cells, too many for the cells "
                             f"layout (one formula per cell); build it with --layout blocks")
     labels = kind_class.labels(params, labels_given)
-    check_fits(kind_class, params, labels, exercise, max_cells)
+    check_fits(kind_class, params, labels, exercise, max_cells, layout)
     complete = complete_inputs(kind_class, params, given, seed)
     check_results_finite(kind_class, params, complete)
     workbook = build_workbook(kind_class, params, complete, labels, layout, lang=lang,

@@ -86,7 +86,7 @@ def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
     the inputs came from."""
     check_writable(path, force)
     labels = kind.labels(params, tokens)
-    check_fits(kind, params, labels, exercise, max_cells)
+    check_fits(kind, params, labels, exercise, max_cells, layout)
     inputs = complete_inputs(kind, params, given or {}, seed)
     check_results_finite(kind, params, inputs)
     wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
