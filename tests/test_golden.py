@@ -14,6 +14,9 @@ CASES = {
                                                 "causal": True}, "cells"),
     "attention_n2_causal_blocks": ("attention", {"seq_len": 2, "d_model": 2, "d_k": 1,
                                                  "causal": True}, "blocks"),
+    # every product between copies of its operands: X·W_Q + B_Q, Q·Kᵀ, A·V
+    "attention_n2_causal_bias_hand": ("attention", {"seq_len": 2, "d_model": 2, "d_k": 1,
+                                                    "causal": True, "bias": True}, "hand"),
     "multihead_n2_gqa_cells": ("multihead", {"seq_len": 2, "d_model": 2, "heads": 2,
                                              "kv_heads": 1}, "cells"),
     # the default elu+1 feature map, as it was before --features favor

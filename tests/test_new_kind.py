@@ -1,5 +1,5 @@
 """A new kind is one declaration and one reference: attention with a softmax temperature τ,
-defined here in about thirty lines, builds and checks in both layouts with no other file
+defined here in about thirty lines, builds and checks in every layout with no other file
 touched."""
 
 from dataclasses import dataclass, field
@@ -54,7 +54,7 @@ def tempered_kind():
     del KINDS["tempered"]  # the registry is the process's: leave it as it was
 
 
-@pytest.mark.parametrize("layout", ["cells", "blocks"])
+@pytest.mark.parametrize("layout", ["cells", "blocks", "hand"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_kind_declared_in_thirty_lines_builds_and_checks(tmp_path, tempered_kind, layout,
                                                            causal):

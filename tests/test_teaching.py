@@ -112,7 +112,7 @@ def test_catalog_fills_template_slots_and_translates_what_they_captured():
 
 # -- exercises -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("layout", ["cells", "blocks"])
+@pytest.mark.parametrize("layout", ["cells", "blocks", "hand"])
 @pytest.mark.parametrize("kind_name,values,steps", [
     ("attention", ATTENTION, ["WEIGHTS", "OUTPUT"]),
     ("multihead", {"seq_len": 3, "d_model": 4, "heads": 2, "causal": True},
@@ -192,7 +192,7 @@ def test_exercise_cells_are_styled_inputs_holding_na_and_the_key_is_very_hidden(
     assert all(sheet != "Key" for dests in names.values() for sheet, _ in dests)
 
 
-@pytest.mark.parametrize("layout", ["cells", "blocks"])
+@pytest.mark.parametrize("layout", ["cells", "blocks", "hand"])
 def test_exercise_formulas_are_portable(tmp_path, layout):
     path, _ = exercise_book(tmp_path, "flash", {"seq_len": 5, "d_model": 2, "d_k": 2,
                                                 "block_size": 2, "causal": True},

@@ -217,7 +217,7 @@ def build(kind: str, path: str | Path | None = None, *,
             raise UserError(f"this layer has {cells:,} input cells, too many for the cells "
                             f"layout (one formula per cell); build it with --layout blocks")
     labels = kind_class.labels(params, labels_given)
-    check_fits(kind_class, params, labels, exercise, max_cells)
+    check_fits(kind_class, params, labels, exercise, max_cells, layout)
     complete = complete_inputs(kind_class, params, given, seed)
     check_results_finite(kind_class, params, complete)
     # saved at once: large input blocks go to the file without a cell object each

@@ -27,10 +27,11 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
 from workbook_builder.models.loader import model_inputs
 from workbook_builder.sheet.kind import Kind, make_params
-from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.registry import load_kinds
 
 MANIFEST = ".attnsheets-demo.json"
+# the hand layout is for teaching sizes and is built on request, not in the demo
+DEMO_LAYOUTS = ("cells", "blocks")
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def demo_plan(with_model: bool = True) -> list[tuple[str, type[Kind], dict, str]
                     for name in kind.demo_examples
                     if with_model or name not in MODEL_EXAMPLES]
         for stem, values in examples + list(kind.demo_cases):
-            for layout in LAYOUTS:
+            for layout in DEMO_LAYOUTS:
                 plan.append((f"{stem}_{layout}.xlsx", kind, values, layout))
     return plan
 

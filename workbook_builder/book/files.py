@@ -94,7 +94,7 @@ def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
     without a cell object each (`sheet/constants.py`)."""
     check_writable(path, force)
     labels = kind.labels(params, tokens)
-    check_fits(kind, params, labels, exercise, max_cells)
+    check_fits(kind, params, labels, exercise, max_cells, layout)
     inputs = complete_inputs(kind, params, given or {}, seed)
     check_results_finite(kind, params, inputs)
     wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,

@@ -16,8 +16,8 @@ from workbook_builder import __version__
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import write_text
+from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import Kind, make_params
-from workbook_builder.sheet.layout import SheetWriter
 from workbook_builder.sheet.registry import get_kind
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
 from workbook_builder.teaching.i18n import catalog_for, translate_sheets
@@ -51,7 +51,7 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = kind.sheet_title
-    sheet = SheetWriter(ws, layout)
+    sheet = sheet_writer(ws, layout)
     sheet.array_block_cells = array_block_cells if exercise is None else None
     sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
                 f"{kind.describe(params)}; layout={layout}" + (f"; {note}" if note else ""))

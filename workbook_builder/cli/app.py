@@ -124,7 +124,9 @@ def _parser() -> Parser:
                               f"{', '.join(kind.examples) or 'none for this kind'}")
         sub.add_argument("--layout", choices=LAYOUTS, default="cells",
                          help="cells: one formula per cell (default, best to read); "
-                              "blocks: one array formula per step (compact, fast)")
+                              "blocks: one array formula per step (compact, fast); "
+                              "hand: as cells, every matrix product set between copies "
+                              "of its operands (teaching sizes)")
         sub.add_argument("--force", action="store_true", help="replace an existing file")
         add_checkpoint_flags(sub, name)
         add_edition_flags(sub)

@@ -73,7 +73,7 @@ def add_commands(commands, add_param_flags) -> None:
                               "change it for a fresh set of inputs")
         sub.add_argument("--tokens", help=kind.tokens_help)
         sub.add_argument("--layout", choices=LAYOUTS, default="cells",
-                         help="cells (default) or blocks, as for build")
+                         help="cells (default), blocks or hand, as for build")
         add_edition_flags(sub, exercise_required=True)
         sub.add_argument("--force", action="store_true",
                          help="replace the files of an earlier run in DIR")

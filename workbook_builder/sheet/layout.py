@@ -8,7 +8,9 @@ A block is a rectangle of cells under a three-line header:
     row label | data ...
 
 Sections are placed top to bottom; the blocks of one band side by side. A chart in a band
-takes a rectangle of cells there and reads its series from blocks already placed.
+takes a rectangle of cells there and reads its series from blocks already placed. The `hand`
+layout (sheet/hand_layout.py) writes like `cells` but sets every matrix product between
+live copies of its operands.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,7 +50,7 @@ from workbook_builder.sheet.declare import (
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 from workbook_builder.sheet.widths import fit_columns
 
-LAYOUTS = ("cells", "blocks")
+LAYOUTS = ("cells", "blocks", "hand")
 
 INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")    # pale yellow: a value you may edit
 FORMULA_FILL = PatternFill("solid", fgColor="DDEBF7")  # pale blue: a live formula
@@ -67,6 +69,8 @@ CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
 
 class SheetWriter:
     """Writes blocks onto one worksheet and names them in the workbook."""
+
+    legend = "yellow = input you may edit    blue = live formula"
 
     def __init__(self, ws: Worksheet, layout: str, params=None,
                  label_sets: Mapping[str, Sequence] | None = None, first_row: int = 4):
@@ -95,8 +99,7 @@ class SheetWriter:
         write_text(self.ws, 1, 1, text).font = TITLE_FONT
         if subtitle:
             write_text(self.ws, 2, 1, subtitle).font = EQUATION_FONT
-        legend = write_text(self.ws, 3, 1, "yellow = input you may edit    blue = live formula")
-        legend.font = LABEL_FONT
+        write_text(self.ws, 3, 1, self.legend).font = LABEL_FONT
 
     def text(self, text: str, bold: bool = False) -> None:
         """One line of prose across the sheet, outside any band."""
@@ -113,6 +116,7 @@ class SheetWriter:
             self.text(title, bold=sec.bold)
             for band in sec.bands:
                 self._band = [self.row, self.margin, self.row]
+                self._begin_band(band)
                 for item in band:
                     if isinstance(item, Input):
                         self._input(item, inputs.get(item.name))
@@ -124,6 +128,9 @@ class SheetWriter:
                         self._table(item)
                 self.row = self._band[2] + 2
                 self._band = None
+
+    def _begin_band(self, band: Sequence) -> None:
+        """Called before a band's items are placed (the hand layout lines up their rows)."""
 
     def _labels(self, spec: Labels | None, count: int, derived: Sequence | None) -> list:
         if spec is None:
@@ -164,18 +171,32 @@ class SheetWriter:
         self._name(block, row_labels, col_labels, vector_kind(item.rows, item.cols))
         return block
 
-    def _step(self, step: Step) -> Block:
-        env = Env(self.blocks, self.labels, self.params, vectors=self.vectors)
-        rows, cols = step.formula.shape(env)
+    def _env(self) -> Env:
+        return Env(self.blocks, self.labels, self.params, vectors=self.vectors)
+
+    def _step_labels(self, step: Step, env: Env, rows: int, cols: int) -> tuple[list, list]:
         derived_rows, derived_cols = step.formula.labels(env) or (None, None)
-        row_labels = self._labels(step.row_labels, rows, derived_rows)
-        col_labels = self._labels(step.col_labels, cols, derived_cols)
+        return (self._labels(step.row_labels, rows, derived_rows),
+                self._labels(step.col_labels, cols, derived_cols))
+
+    def _step(self, step: Step) -> Block:
+        env = self._env()
+        rows, cols = step.formula.shape(env)
+        row_labels, col_labels = self._step_labels(step, env, rows, cols)
         block = self._place(step.name, rows, cols)
         env.me = block
         self._header(block, text_of(step.equation, self.params), row_labels, col_labels,
                      text_of(step.explanation, self.params), step.corner)
-        ws = self.ws
-        arrays = step.formula.arrays(env) if self.layout == "blocks" else None
+        self._fill(step, step.formula, env, row_labels, col_labels)
+        return block
+
+    def _fill(self, step: Step, formula, env: Env, row_labels: list, col_labels: list) -> None:
+        """The step's formulas into its placed block `env.me` (written by `formula`, which
+        is the step's own or, in the hand layout, the product over its operands' copies),
+        styled, and named."""
+        ws, block = self.ws, env.me
+        rows, cols = block.rows, block.cols
+        arrays = formula.arrays(env) if self.layout == "blocks" else None
         if arrays is not None:
             for a in arrays:
                 ref = range_ref(block.top + a.r0, block.left + a.c0, block.top + a.r1,
@@ -184,7 +205,7 @@ class SheetWriter:
         else:
             for i in range(rows):
                 for j in range(cols):
-                    cell = step.formula.cell(i, j, env)
+                    cell = formula.cell(i, j, env)
                     target = ws.cell(block.top + i, block.left + j)
                     target.value = ArrayFormula(target.coordinate, cell.text) if cell.array \
                         else cell.text
@@ -201,7 +222,6 @@ class SheetWriter:
         self._name(block, row_labels, col_labels,
                    vector_kind(getattr(step.formula, "rows", None),
                                getattr(step.formula, "cols", None), step.formula))
-        return block
 
     def _slot(self, cols: int, rows: int) -> tuple[int, int]:
         """The top-left cell of the band's next `rows` × `cols` slot (a table, a chart),
@@ -294,12 +314,17 @@ class SheetWriter:
         return data
 
     # -- placing and naming ----------------------------------------------------------------
-    def _place(self, name: str, rows: int, cols: int) -> Block:
+    def _place(self, name: str, rows: int, cols: int, above: int = 0,
+               before: int = 0) -> Block:
+        """The block's data cells at the band's next slot, under its header; `above` more
+        rows under the equation and `before` more columns left of the row labels (where
+        the hand layout sets a product's operands)."""
         if self._band is None:
             top, label_col = self.row, self.margin
         else:
             top, label_col = self._band[0], self._band[1]
-        block = Block(name, self.ws.title, top + HEADER_ROWS, label_col + 1, rows, cols)
+        block = Block(name, self.ws.title, top + HEADER_ROWS + above, label_col + 1 + before,
+                      rows, cols)
         if self._band is None:
             self.row = block.bottom + 2
         else:
@@ -308,14 +333,25 @@ class SheetWriter:
         return block
 
     def _header(self, block: Block, equation: str, row_labels: Sequence,
-                col_labels: Sequence, explanation: str, corner: str) -> None:
-        ws, label_col = self.ws, block.left - 1
-        name_cell = write_text(ws, block.top - 3, label_col, block.name)
+                col_labels: Sequence, explanation: str, corner: str, above: int = 0,
+                before: int = 0) -> None:
+        """Name and equation at the top left of the block's slot (`_place`'s `above` and
+        `before`), then the corner and the labels beside the data."""
+        ws, top, left = self.ws, block.top - HEADER_ROWS - above, block.left - 1 - before
+        name_cell = write_text(ws, top, left, block.name)
         name_cell.font = NAME_FONT
         if explanation:
             name_cell.comment = Comment(explanation, "attnsheets", width=300, height=120)
-        write_text(ws, block.top - 2, label_col, equation).font = EQUATION_FONT
-        write_text(ws, block.top - 1, label_col, corner).font = LABEL_FONT
+        write_text(ws, top + 1, left, equation).font = EQUATION_FONT
+        self._frame(block, corner, row_labels, col_labels)
+
+    def _frame(self, block: Block, corner: str, row_labels: Sequence,
+               col_labels: Sequence, corner_font: Font = LABEL_FONT) -> None:
+        """The corner (None: left as it is), column labels above and row labels left of a
+        block's data."""
+        ws, label_col = self.ws, block.left - 1
+        if corner is not None:
+            write_text(ws, block.top - 1, label_col, corner).font = corner_font
         for j, label in enumerate(col_labels):
             cell = write_text(ws, block.top - 1, block.left + j, label)
             cell.font = LABEL_FONT
@@ -408,8 +444,9 @@ class SheetPlan(SheetWriter):
         top, left = self._slot(chart.cols, chart.rows + 1)
         self._grow(top + chart.rows, left + chart.cols - 1)
 
-    def _reserve(self, name: str, rows: int, cols: int) -> Block:
-        block = self._place(name, rows, cols)
+    def _reserve(self, name: str, rows: int, cols: int, above: int = 0,
+                 before: int = 0) -> Block:
+        block = self._place(name, rows, cols, above, before)
         self.blocks[name] = block
         self.cells += rows * cols
         self._grow(block.bottom, block.right)

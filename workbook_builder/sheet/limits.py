@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.layout import PlanBeyond, SheetPlan
+from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE, HandTooLarge, plan_for
+from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond
 from workbook_builder.sheet.refs import parse_range
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
@@ -33,14 +34,15 @@ class Extent:
 
 
 def plan_extent(kind, params, labels: list[str], exercise=None,
-                max_cells: int | None = None) -> Extent:
+                max_cells: int | None = None, layout: str = "cells") -> Extent:
     """The extent of the kind's sheet for these parameters, from its declaration alone.
     An exercise adds a column of ✓/✗ marks, the self-check table and, with its self-check,
     the hidden key: the same blocks again on a sheet of their own. Raises PlanBeyond at the
-    first block outside Excel's grid or past `max_cells`."""
+    first block outside Excel's grid or past `max_cells`, and in the hand layout
+    HandTooLarge at the first block with a side over HAND_MAX_SIDE."""
     copies = 2 if exercise is not None and exercise.self_check else 1
-    plan = SheetPlan(params, kind.label_sets(params, labels), EXCEL_ROWS, EXCEL_COLS,
-                     None if max_cells is None else max_cells // copies)
+    plan = plan_for(layout)(params, kind.label_sets(params, labels), EXCEL_ROWS, EXCEL_COLS,
+                            None if max_cells is None else max_cells // copies)
     plan.write(kind.sections(params), {})
     rows, cols = plan.bottom, plan.right
     if exercise is not None:
@@ -54,24 +56,32 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
 
 
-def _lower(params, *sizes: int) -> str:
+def _lower(params, *sizes: int, guess: bool = True) -> str:
     """"lower --seq-len": the flags whose value is one of the sizes of a block too large,
-    else every size flag above 1."""
+    else (with `guess`) every size flag above 1."""
     sizes_of = [f for f in dataclasses.fields(params) if type(getattr(params, f.name)) is int]
     flags = [_flag(f) for f in sizes_of if getattr(params, f.name) in sizes] or \
-        [_flag(f) for f in sizes_of if getattr(params, f.name) > 1]
+        [_flag(f) for f in sizes_of if guess and getattr(params, f.name) > 1]
     return "lower " + " or ".join(flags) if flags else "use smaller sizes"
 
 
 def check_fits(kind, params, labels: list[str], exercise=None,
-               max_cells: int = DEFAULT_MAX_CELLS) -> Extent:
+               max_cells: int = DEFAULT_MAX_CELLS, layout: str = "cells") -> Extent:
     """Refuse, in one line saying which flag to lower, a workbook that would not fit
-    Excel's grid or would hold more than `max_cells` input and formula cells; and labels
-    longer than a cell can record."""
+    Excel's grid or would hold more than `max_cells` input and formula cells, a hand layout
+    beyond teaching sizes; and labels longer than a cell can record."""
     if type(max_cells) is not int or max_cells <= 0:
         raise UserError(f"--max-cells must be a positive whole number, got {max_cells}")
     try:
-        extent = plan_extent(kind, params, labels, exercise, max_cells)
+        extent = plan_extent(kind, params, labels, exercise, max_cells, layout)
+    except HandTooLarge as large:
+        block = large.block
+        sides = [side for side in (block.rows, block.cols) if side > HAND_MAX_SIDE]
+        others = " or ".join(f"--layout {other}" for other in LAYOUTS if other != "hand")
+        raise UserError(f"{kind.name}: the hand layout is for teaching sizes, at most "
+                        f"{HAND_MAX_SIDE} rows and {HAND_MAX_SIDE} columns per block, but "
+                        f"block {block.name} is {block.rows:,}×{block.cols:,}; "
+                        f"{_lower(params, *sides, guess=False)}, or use {others}") from None
     except PlanBeyond as beyond:
         block, plan = beyond.block, beyond.plan
         shape = f"block {block.name} is {block.rows:,}×{block.cols:,}"

@@ -216,7 +216,7 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
     started = time.perf_counter()
     students = read_roster(roster, id_column)
     labels = kind.labels(params, tokens)
-    check_fits(kind, params, labels, exercise, max_cells)
+    check_fits(kind, params, labels, exercise, max_cells, layout)
     validate_steps(kind, params, exercise)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")

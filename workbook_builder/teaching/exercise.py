@@ -27,6 +27,7 @@ from workbook_builder.engines.thirdparty import load_workbook, save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
+from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.layout import LABEL_FONT, NAME_FONT, SheetWriter
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
 
@@ -42,7 +43,7 @@ ANSWER_BORDER = Border(left=_DASHED, right=_DASHED, top=_DASHED, bottom=_DASHED)
 # would text such as "—" (Gnumeric's MMULT, and SUMPRODUCT, MAX and SUM in every engine,
 # skip text and show numbers).
 PLACEHOLDER = "#N/A"
-LEGEND = "yellow = input you may edit    blue = live formula    green = your answer"
+ANSWER_LEGEND = "    green = your answer"  # after the layout's legend
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,10 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
     """Blank the exercise steps on `sheet` and add the hidden key and self-checks."""
     validate_steps(kind, params, spec)
     ws, wb = sheet.ws, sheet.ws.parent
-    write_text(ws, 3, 1, LEGEND)
+    write_text(ws, 3, 1, sheet.legend + ANSWER_LEGEND)
     key = None
     if spec.self_check:
-        key = SheetWriter(wb.create_sheet(KEY_SHEET), layout)
+        key = sheet_writer(wb.create_sheet(KEY_SHEET), layout)
         key.name_blocks, key.linked_inputs = False, dict(sheet.blocks)
         key.title(f"{kind.sheet_title}: answer key")
         kind.lay_out(key, params, inputs, tokens)

@@ -30,6 +30,14 @@ SHARED: Table = {"zh": {
         "黄色 = 可修改的输入    蓝色 = 实时公式",
     "yellow = input you may edit    blue = live formula    green = your answer":
         "黄色 = 可修改的输入    蓝色 = 实时公式    绿色 = 你的答案",
+    # the hand layout's legend (workbook_builder/sheet/hand_layout.py)
+    "yellow = input you may edit    blue = live formula    purple = copy of an operand, "
+    "beside its product": "黄色 = 可修改的输入    蓝色 = 实时公式    紫色 = 运算数的副本，放在"
+                          "乘积旁边",
+    "yellow = input you may edit    blue = live formula    purple = copy of an operand, "
+    "beside its product    green = your answer":
+        "黄色 = 可修改的输入    蓝色 = 实时公式    紫色 = 运算数的副本，放在乘积旁边    "
+        "绿色 = 你的答案",
     # shared bands (sheets/_bands.py)
     "Causal mask: a token may attend only to itself and earlier tokens. Masked entries are "
     "left out of the row max and sum below, so no −∞ is needed.":
