@@ -218,3 +218,15 @@ def test_gnumeric_says_nothing_more_of_array_blocks_than_of_cells(tmp_path):
         said.append(sorted({re.sub(r"\(ssconvert:\d+\)|\d+:\d+:\d+\.\d+", "", line)
                             for line in lines}))
     assert said[1] == said[0]
+
+
+def test_a_print_area_over_the_blocks_leaves_them_read_as_arrays(tmp_path, monkeypatch):
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", 1, "m.xlsx")
+    wb = openpyxl.load_workbook(path)
+    wb["Multihead"].print_area = "A1:AZ300"  # an application's own defined name
+    wb.save(path)
+    assert "_xlnm.Print_Area" in zipfile.ZipFile(path).read("xl/workbook.xml").decode()
+    fast, general, arrays = _values_read_both_ways(path, monkeypatch)
+    assert arrays == len(KINDS["multihead"].input_shapes(
+        make_params(KINDS["multihead"], FIRST_CASES["multihead"])))
+    assert _same_typed(fast, general) == []

@@ -165,7 +165,8 @@ def splice_constant_blocks(source: Path, target: Path, placed: PlacedBlocks) -> 
 
 # -- reading ------------------------------------------------------------------------------
 
-_DEFINED_NAME = re.compile(r"<definedName\b[^>]*>([^<]*)</definedName>")
+# a workbook's defined names, less an application's own (_xlnm.Print_Area, …)
+_DEFINED_NAME = re.compile(r'<definedName\b(?![^>]*name="_xlnm\.)[^>]*>([^<]*)</definedName>')
 _NAMED_RANGE = re.compile(r"^(?:'((?:[^']|'')+)'|([^'!]+))!\$?([A-Z]{1,3})\$?(\d+):"
                           r"\$?([A-Z]{1,3})\$?(\d+)$")
 _PLAIN_CELL = re.compile(r'<c r="([A-Z]+\d+)"(?: s="(\d+)")?(?: t="n")?><v>([^<]*)</v></c>')

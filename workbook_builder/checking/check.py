@@ -165,9 +165,11 @@ def _input_number(value: Any, name: str, address: str, path: Path) -> float:
 
 
 def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
-                  wb: Workbook | None = None) -> StepResult:
+                  wb: Workbook | None = None, ranges: dict[str, list] | None = None
+                  ) -> StepResult:
     """Cell-by-cell comparison; a missing or non-numeric cell fails the step, and so does,
-    given the workbook `wb`, a cell that holds a value where the step needs a formula."""
+    given the workbook `wb`, a cell that holds a value where the step needs a formula
+    (`ranges`: each sheet's `array_ranges`, found once for many steps)."""
     cells = expected.size
     # relative to the block's largest value, however large (no sheet writes a sentinel
     # into a step: masks are IFs, and a masked row max falls back on an allowed score)
@@ -191,7 +193,7 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
             if error > worst:
                 worst, worst_cell = error, where.address(i, j)
     problem = bad
-    typed = [] if wb is None else typed_values(wb, where)
+    typed = [] if wb is None else typed_values(wb, where, ranges)
     if typed:
         problem = (f"values, not formulas: {len(typed)} of {cells} cell(s) hold a typed "
                    f"value (first {typed[0]})" + (f"; {bad}" if bad else ""))
@@ -203,16 +205,22 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
                       passed, problem)
 
 
-def array_members(ws, where: NamedRange) -> set[tuple[int, int]]:
+def array_ranges(ws) -> list[tuple[int, int, int, int]]:
+    """The rectangles the sheet's array formulas fill."""
+    return [parse_range(cell.value.ref) for cell in stored_cells(ws)
+            if isinstance(cell.value, ArrayFormula)]
+
+
+def array_members(ws, where: NamedRange,
+                  ranges: list[tuple[int, int, int, int]] | None = None) -> set[tuple[int, int]]:
     """The cells of the block `where` that an array formula fills (only those: an array
-    formula elsewhere may span a million cells)."""
+    formula elsewhere may span a million cells); `ranges`: the sheet's `array_ranges`, when
+    known (a sheet of many steps is walked once, not once a step)."""
     cells = set()
-    for cell in stored_cells(ws):
-        if isinstance(cell.value, ArrayFormula):
-            top, left, bottom, right = parse_range(cell.value.ref)
-            top, left = max(top, where.top), max(left, where.left)
-            bottom, right = min(bottom, where.bottom), min(right, where.right)
-            cells |= {(r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)}
+    for top, left, bottom, right in array_ranges(ws) if ranges is None else ranges:
+        top, left = max(top, where.top), max(left, where.left)
+        bottom, right = min(bottom, where.bottom), min(right, where.right)
+        cells |= {(r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)}
     return cells
 
 
@@ -222,11 +230,12 @@ def holds_formula(cell, arrays: set[tuple[int, int]]) -> bool:
     return is_formula_cell(cell) or (cell.row, cell.column) in arrays
 
 
-def typed_values(wb: Workbook, where: NamedRange) -> list[str]:
+def typed_values(wb: Workbook, where: NamedRange,
+                 ranges: dict[str, list] | None = None) -> list[str]:
     """The cells of a step block that hold a value, not a formula (pasted values pass no
-    check: nothing in them follows the inputs)."""
+    check: nothing in them follows the inputs); `ranges`: each sheet's `array_ranges`."""
     ws = wb[where.sheet]
-    arrays = array_members(ws, where)
+    arrays = array_members(ws, where, None if ranges is None else ranges[where.sheet])
     typed = []
     for i in range(where.shape[0]):
         for j in range(where.shape[1]):
@@ -279,8 +288,9 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
     values = evaluated()
     progress(f"comparing {len(expected)} steps of {path.name}")
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
+    ranges = {ws.title: array_ranges(ws) for ws in wb.worksheets}
     for name, block in expected.items():
-        report.steps.append(compare_block(places[name], block, values, wb))
+        report.steps.append(compare_block(places[name], block, values, wb, ranges))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -301,15 +311,17 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
         filled_copy(path, filled, exercise, expected)
         values = evaluate(filled, None)
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
+    ranges = {ws.title: array_ranges(ws) for ws in wb.worksheets}
     for name, block in expected.items():
         if name not in exercise.steps:
-            report.steps.append(compare_block(places[name], block, values, wb))
+            report.steps.append(compare_block(places[name], block, values, wb, ranges))
     if exercise.self_check:
         if KEY_SHEET not in wb.sheetnames:
             raise UserError(f"{path}: the hidden {KEY_SHEET} sheet of its self-checks is "
                             f"missing")
         for name, block in expected.items():
-            report.steps.append(compare_block(key_range(places[name]), block, values, wb))
+            report.steps.append(compare_block(key_range(places[name]), block, values, wb,
+                                              ranges))
         for step in exercise.steps:
             where = find_name(wb, f"CHECK_{step}", path)
             report.steps.append(compare_block(where, np.array([[expected[step].size]], float),
