@@ -5,6 +5,7 @@ from pathlib import Path
 
 from openpyxl.workbook.workbook import Workbook
 
+from workbook_builder.engines.thirdparty import name_destinations
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.refs import cell_ref, parse_range
 
@@ -33,7 +34,7 @@ def find_name(wb: Workbook, name: str, path: Path) -> NamedRange:
         raise UserError(f"{path} lacks the defined name {name}; it is not an attnsheets "
                         f"workbook of this kind, or the name was deleted")
     try:
-        destinations = list(defined.destinations)
+        destinations = name_destinations(defined)
     except Exception:  # openpyxl fails on an empty or unparsable name (TypeError, …)
         destinations = []
     if len(destinations) != 1:

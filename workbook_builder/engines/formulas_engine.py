@@ -11,6 +11,7 @@ both loaders give identical values.
 """
 
 import contextlib
+import gc
 import re
 import warnings
 from collections.abc import Iterator
@@ -22,7 +23,14 @@ from openpyxl.utils import column_index_from_string
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.engines.thirdparty import load_workbook, model_from_dict, stored_cells
+from workbook_builder.engines.thirdparty import (
+    FORMULAS_VERSIONS,
+    load_workbook,
+    model_from_dict,
+    name_destinations,
+    stored_cells,
+    within,
+)
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.constants import constant_block_at, constant_blocks
@@ -37,6 +45,26 @@ _KEY = re.compile(r"^'?\[[^\]]*\](?P<sheet>.+?)'?!"
 CellValues = dict[tuple[str, int, int], Any]  # (SHEET upper-cased, row, col) -> value
 
 
+_frozen_depth = 0
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """The objects already made (the loaded workbook, the engine's model) left out of the
+    cyclic garbage collector's passes while the engine allocates: every full pass would
+    walk them all again (a check ~10–30% faster). Unfrozen afterwards, so a long-running
+    process still collects them once they are garbage."""
+    global _frozen_depth
+    gc.freeze()
+    _frozen_depth += 1
+    try:
+        yield
+    finally:
+        _frozen_depth -= 1
+        if not _frozen_depth:
+            gc.unfreeze()
+
+
 @contextlib.contextmanager
 def _quiet_numpy() -> Iterator[None]:
     """NumPy warns on EXP overflow inside the engine; the CLI decides what the user sees."""
@@ -49,13 +77,56 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+# a string literal, or a quoted sheet name before its "!"
+_QUOTED_SHEET = re.compile(r'"(?:[^"]|"")*"|\'((?:[^\']|\'\')+)\'!')
+
+
+def engine_sheet_names(titles: list[str]) -> dict[str, str]:
+    """Each sheet title -> the name the engine knows the sheet by (upper case, as the
+    engine keeps names). The `formulas` engine cannot parse a sheet name holding an
+    apostrophe (its own loader fails on one too), so such a sheet gets a name of its own
+    that no other sheet has."""
+    taken = {title.upper() for title in titles}
+    names = {}
+    for title in titles:
+        name = title.upper()
+        if "'" in name:
+            base = candidate = name.replace("'", "_")
+            number = 1
+            while candidate in taken:
+                number += 1
+                candidate = f"{base}_{number}"
+            taken.add(candidate)
+            name = candidate
+        names[title] = name
+    return names
+
+
+def _with_sheets_renamed(formula: str, renamed: dict[str, str]) -> str:
+    """The formula with each quoted reference to a renamed sheet (upper-cased title ->
+    engine name) written with the engine's name; string literals left as they are."""
+    def swap(match: re.Match) -> str:
+        quoted = match.group(1)
+        name = renamed.get(quoted.replace("''", "'").upper()) if quoted else None
+        return match.group(0) if name is None else f"'{name}'!"
+
+    return _QUOTED_SHEET.sub(swap, formula)
+
+
 def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]:
     """The workbook as `ExcelModel.from_dict` takes it: "'[book]SHEET'!REF" -> formula text
     or value; "'[book]'!NAME" -> "=reference" for defined names. `bounded` (a file a user
     gives): only the cells within the defined names' extent, and no formula that reads a
     range larger than that extent."""
+    engine_names = engine_sheet_names(wb.sheetnames)
+    renamed = {title.upper(): name for title, name in engine_names.items()
+               if name != title.upper()}
+
     def key(sheet: str, ref: str) -> str:
-        return f"'[{book}]{sheet.upper()}'!{ref}"
+        return f"'[{book}]{engine_names[sheet]}'!{ref}"
+
+    def formula(text: str) -> str:
+        return _with_sheets_renamed(text, renamed) if renamed else text
 
     # openpyxl keeps only the cells a file holds in `_cells`; iter_rows would create every
     # empty cell of the used rectangle (a million of them beside a 512×512 matrix)
@@ -87,7 +158,7 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
                     if (array.top + i, array.left + j) not in held:
                         entries[key(ws.title, cell_ref(array.top + i, array.left + j))] = value
     for name, defined in wb.defined_names.items():
-        destinations = list(defined.destinations)
+        destinations = name_destinations(defined)
         if len(destinations) != 1 or destinations[0][0] not in sheets:
             continue
         sheet, ref = destinations[0]
@@ -111,12 +182,12 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
             if value is None or (title, r, c) in grouped:
                 continue
             if isinstance(value, ArrayFormula):
-                entries[key(title, value.ref)] = value.text
+                entries[key(title, value.ref)] = formula(value.text)
             elif (title, r, c) not in array_members:  # an application's cached array values
                 # a text cell as a 1×1 range: the engine would parse "=…" as a formula and
                 # "#N/A" as an error value
                 entries[key(title, cell.coordinate)] = [[value]] if cell.data_type == "s" \
-                    else value
+                    else formula(value) if isinstance(value, str) else value
     return entries
 
 
@@ -182,26 +253,35 @@ class FormulasModel:
     inputs) are parsed once."""
 
     def __init__(self, source: Path | Workbook, book: str | None = None,
-                 bounded: bool = False, share_compiled: bool | None = None):
-        """`share_compiled`: compile each formula form once (`model_from_dict`); None
-        within the engine versions that was written for, False for the engine's per-cell
-        path."""
+                 bounded: bool = False, share_compiled: bool | None = None,
+                 ordered_calc: bool | None = None):
+        """`share_compiled`: compile each formula form once (`model_from_dict`);
+        `ordered_calc`: calculate with a plain loop over the compiled functions
+        (`ordered_calc.OrderedCalculation`). None: within the engine versions they were
+        written for; False: the engine's own path."""
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
         else:
             wb, self._book = load_workbook(source), Path(source).name
         entries = model_dict(wb, self._book, bounded)
+        # upper-cased title <-> the engine's name, for sheets the engine knows by another
+        self._engine_names = {title.upper(): name for title, name in
+                              engine_sheet_names(wb.sheetnames).items()
+                              if name != title.upper()}
+        self._sheet_titles = {name: title for title, name in self._engine_names.items()}
         # input blocks: one range node each; read back from the file, not from the engine
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
-        with _quiet_numpy():
+        with _quiet_numpy(), _heap_frozen():
             self._model = model_from_dict(entries, self._book, share_compiled)
+        self._ordered_calc = None
+        self._use_ordered_calc = ordered_calc
 
     def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
         """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""
         overrides: dict[str, Any] = {}
         blocks: dict[str, list[list]] = {}
         for (sheet, row, col), value in (inputs or {}).items():
-            key = f"'[{self._book}]{sheet.upper()}'!{cell_ref(row, col)}"
+            key = f"'[{self._book}]{self._engine_sheet(sheet)}'!{cell_ref(row, col)}"
             block = self._block_of(sheet, row, col)
             if block is None:
                 overrides[key] = value
@@ -211,21 +291,44 @@ class FormulasModel:
                 blocks[name] = [list(r) for r in self._blocks[name]]
             blocks[name][row - top][col - left] = value
         overrides.update(blocks)
-        with _quiet_numpy():
-            solution = self._model.calculate(inputs=overrides) if overrides else \
-                self._model.calculate()
-        values = _solution_values(solution, set(self._blocks))
+        with _quiet_numpy(), _heap_frozen():
+            solution = self._calculate(overrides)
+        values = _solution_values(solution, set(self._blocks), self._sheet_titles)
         for name, rows in self._blocks.items():  # the input blocks, as given
-            sheet, _, ref = name[len(self._book) + 3:].partition("'!")
+            sheet, _, ref = name[len(self._book) + 3:].rpartition("'!")
+            sheet = self._sheet_titles.get(sheet, sheet)
             top, left, _, _ = parse_range(ref)
             for i, row in enumerate(blocks.get(name, rows)):
                 for j, value in enumerate(row):
                     values[(sheet, top + i, left + j)] = value
         return values
 
+    def _calculate(self, overrides: dict[str, Any]):
+        """Every node's value: by the plain loop when it can reproduce the engine's own
+        calculation of this model exactly, else by the engine."""
+        from workbook_builder.engines.ordered_calc import OrderedCalculation, Refused
+
+        if self._use_ordered_calc is None:
+            import formulas
+
+            self._use_ordered_calc = within(formulas.__version__, *FORMULAS_VERSIONS)
+        if self._use_ordered_calc:
+            try:
+                if self._ordered_calc is None:
+                    self._ordered_calc = OrderedCalculation(self._model)
+                return self._ordered_calc.calculate(overrides)
+            except Refused:
+                if self._ordered_calc is None:  # this model's graph: never
+                    self._use_ordered_calc = False
+        return self._model.calculate(inputs=overrides) if overrides else \
+            self._model.calculate()
+
+    def _engine_sheet(self, sheet: str) -> str:
+        return self._engine_names.get(sheet.upper(), sheet.upper())
+
     def _block_of(self, sheet: str, row: int, col: int) -> tuple[str, int, int] | None:
         """The input block node holding a cell, with the block's top-left corner."""
-        prefix = f"'[{self._book}]{sheet.upper()}'!"
+        prefix = f"'[{self._book}]{self._engine_sheet(sheet)}'!"
         for name in self._blocks:
             if name.startswith(prefix):
                 top, left, bottom, right = parse_range(name[len(prefix):])
@@ -234,7 +337,10 @@ class FormulasModel:
         return None
 
 
-def _solution_values(solution, skip: set[str] = frozenset()) -> CellValues:
+def _solution_values(solution, skip: set[str] = frozenset(),
+                     titles: dict[str, str] | None = None) -> CellValues:
+    """Each cell's value, keyed by its sheet's upper-cased title (`titles`: engine name ->
+    that title, for the sheets the engine knows by another name)."""
     values: CellValues = {}
     for key, ranges in solution.items():
         if key in skip:
@@ -243,6 +349,7 @@ def _solution_values(solution, skip: set[str] = frozenset()) -> CellValues:
         if not match or not hasattr(ranges, "value"):
             continue
         sheet = match.group("sheet").upper()
+        sheet = (titles or {}).get(sheet, sheet)
         top, left, bottom, right = parse_range(match.group("range"))
         array = np.asarray(ranges.value, dtype=object)
         for i in range(bottom - top + 1):

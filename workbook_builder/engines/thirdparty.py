@@ -56,6 +56,12 @@ def load_workbook(path, **options):
         return openpyxl.load_workbook(path, **options)
 
 
+def name_destinations(defined) -> list[tuple[str, str]]:
+    """A defined name's (sheet, cells) pairs, each sheet as it is called: openpyxl 3.1's
+    `destinations` keeps a quoted name's doubled apostrophes ('Bob''s sheet'!A1)."""
+    return [(sheet.replace("''", "'"), cells) for sheet, cells in defined.destinations]
+
+
 def _exact_number_text(value, original) -> str:
     """A float as the shortest text that reads back as the same double (repr); anything
     else as openpyxl writes it."""
@@ -308,13 +314,22 @@ class _SharedForm:
         self.template, self.keys = template, keys
 
 
+@functools.lru_cache(maxsize=65536)
+def _parsed_range(key: str):
+    """The engine's range of a reference name, parsed once: the cells of a form share
+    their references down a column or along a row, and the engine only reads an input's
+    range (a cell's arguments are copies)."""
+    from formulas.ranges import Ranges
+
+    return Ranges().push(key)
+
+
 def _shared_cell(form: _SharedForm, reference: str, formula: str, own_sheet: str, refs,
                  book: str, references: dict):
     """A cell of `form`'s formula shape: the template's compiled function, fed the cell's
     own references (mapped to the template's by their place in the formula, never by the
     sorted order of the names). None when a reference cannot be mapped."""
     from formulas.cell import Cell, wrap_cell_func
-    from formulas.ranges import Ranges
 
     template_func = form.template.func.func  # the engine's compiled function (a pipe)
     own = {}
@@ -328,7 +343,7 @@ def _shared_cell(form: _SharedForm, reference: str, formula: str, own_sheet: str
     inputs = collections.OrderedDict()
     for template_key, template_range in template_func.inputs.items():
         key = own.get(template_key)
-        inputs[template_key] = template_range if key is None else Ranges().push(key)
+        inputs[template_key] = template_range if key is None else _parsed_range(key)
     cell.func = wrap_cell_func(template_func, cell._args)
     cell.func.inputs = inputs  # the cell's own ranges under the template's input names
     # its own name in the graph: one shared name would make finding an unused one O(cells²)

@@ -143,10 +143,12 @@ def named_extent(wb) -> tuple[int, int] | None:
     (the ✓/✗ marks beside an exercise step): the part of each sheet that `check` and
     `grade` read. A cell beyond it (a stray entry far down a returned file) is never
     read. None for a workbook without a name that is a range (nothing to bound it by)."""
+    from workbook_builder.engines.thirdparty import name_destinations
+
     refs = []
     for defined in wb.defined_names.values():
         try:
-            refs.append(list(defined.destinations)[0][1])
+            refs.append(name_destinations(defined)[0][1])
         except Exception:  # empty, or a formula: not a range
             continue
     return extent_of(refs)

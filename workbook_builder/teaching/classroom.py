@@ -28,7 +28,7 @@ from workbook_builder.checking.check import compare_block, expected_steps
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.thirdparty import save_workbook
+from workbook_builder.engines.thirdparty import name_destinations, save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.kind import Kind, complete_inputs
@@ -137,7 +137,7 @@ def _input_blocks(wb, kind, params, inputs) -> list[tuple[str, int, int, np.ndar
     """(sheet, top, left, values) of every input block of a built workbook."""
     blocks = []
     for name in kind.input_shapes(params):
-        [(sheet, ref)] = list(wb.defined_names[name].destinations)
+        [(sheet, ref)] = name_destinations(wb.defined_names[name])
         top, left, _, _ = parse_range(ref.replace("$", ""))
         blocks.append((sheet, top, left, np.asarray(inputs[name], float)))
     return blocks
@@ -175,7 +175,7 @@ def _verify(wb, kind, params, inputs, values, exercise: ExerciseSpec | None) -> 
     problems = []
     expected = expected_steps(kind, params, inputs)
     for name, block in expected.items():
-        [(sheet, ref)] = list(wb.defined_names[name].destinations)
+        [(sheet, ref)] = name_destinations(wb.defined_names[name])
         where = NamedRange(name, sheet, *parse_range(ref.replace("$", "")))
         if exercise is not None:
             if not exercise.self_check:
@@ -187,7 +187,7 @@ def _verify(wb, kind, params, inputs, values, exercise: ExerciseSpec | None) -> 
             problems.append(f"{where.name} ({result.problem or result.worst_cell})")
     if exercise is not None and exercise.self_check:
         for step in exercise.steps:
-            [(sheet, ref)] = list(wb.defined_names[f"CHECK_{step}"].destinations)
+            [(sheet, ref)] = name_destinations(wb.defined_names[f"CHECK_{step}"])
             row, col = parse_cell(ref)
             if values.get((sheet.upper(), row, col)) != 0:
                 problems.append(f"CHECK_{step} is not 0 on the blank exercise")
