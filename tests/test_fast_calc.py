@@ -1,5 +1,5 @@
 """The calculation as a plain loop over the engine's compiled functions
-(`ordered_calc.OrderedCalculation`, with each formula form compiled once) gives exactly what
+(`thirdparty.OrderedCalculation`, with each formula form compiled once) gives exactly what
 the engine's own loader and calculation give, `ExcelModel().loads(file).finish().calculate()`:
 same type, same value, Excel errors and text included, for every kind, layout and demo case,
 for awkward formulas and for files saved by LibreOffice. What the loop cannot reproduce
@@ -181,8 +181,6 @@ def test_circular_references_take_the_engines_own_calculation(tmp_path):
 
 
 def test_a_function_that_fails_takes_the_engines_own_calculation(tmp_path, monkeypatch):
-    from workbook_builder.engines import ordered_calc
-
     path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
     model = FormulasModel(path)
     expected = typed(model.evaluate())
@@ -190,9 +188,9 @@ def test_a_function_that_fails_takes_the_engines_own_calculation(tmp_path, monke
 
     def failing_run(self, values):
         calls.append(1)
-        raise ordered_calc.Refused("a formula raised")
+        raise thirdparty.CalculationRefused("a formula raised")
 
-    monkeypatch.setattr(ordered_calc._Plan, "run", failing_run)
+    monkeypatch.setattr(thirdparty._Plan, "run", failing_run)
     assert typed(model.evaluate()) == expected
     assert calls
 

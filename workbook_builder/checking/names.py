@@ -5,9 +5,8 @@ from pathlib import Path
 
 from openpyxl.workbook.workbook import Workbook
 
-from workbook_builder.engines.thirdparty import name_destinations
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.refs import cell_ref, parse_range
+from workbook_builder.sheet.refs import cell_ref, name_destinations, parse_range
 
 
 @dataclass(frozen=True)

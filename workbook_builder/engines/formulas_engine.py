@@ -25,9 +25,10 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.engines.thirdparty import (
     FORMULAS_VERSIONS,
+    CalculationRefused,
+    OrderedCalculation,
     load_workbook,
     model_from_dict,
-    name_destinations,
     stored_cells,
     within,
 )
@@ -35,7 +36,7 @@ from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.constants import constant_block_at, constant_blocks
 from workbook_builder.sheet.limits import EXCEL_COLS, EXCEL_ROWS, named_extent
-from workbook_builder.sheet.refs import cell_ref, parse_range, range_ref
+from workbook_builder.sheet.refs import cell_ref, name_destinations, parse_range, range_ref
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
 # (defined names appear as "'[book.xlsx]'!NAME": no sheet, and skipped)
@@ -257,7 +258,7 @@ class FormulasModel:
                  ordered_calc: bool | None = None):
         """`share_compiled`: compile each formula form once (`model_from_dict`);
         `ordered_calc`: calculate with a plain loop over the compiled functions
-        (`ordered_calc.OrderedCalculation`). None: within the engine versions they were
+        (`thirdparty.OrderedCalculation`). None: within the engine versions they were
         written for; False: the engine's own path."""
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
@@ -306,8 +307,6 @@ class FormulasModel:
     def _calculate(self, overrides: dict[str, Any]):
         """Every node's value: by the plain loop when it can reproduce the engine's own
         calculation of this model exactly, else by the engine."""
-        from workbook_builder.engines.ordered_calc import OrderedCalculation, Refused
-
         if self._use_ordered_calc is None:
             import formulas
 
@@ -317,7 +316,7 @@ class FormulasModel:
                 if self._ordered_calc is None:
                     self._ordered_calc = OrderedCalculation(self._model)
                 return self._ordered_calc.calculate(overrides)
-            except Refused:
+            except CalculationRefused:
                 if self._ordered_calc is None:  # this model's graph: never
                     self._use_ordered_calc = False
         return self._model.calculate(inputs=overrides) if overrides else \

@@ -14,8 +14,8 @@ import numpy as np
 
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE, HandTooLarge, plan_for
-from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond
-from workbook_builder.sheet.refs import parse_range
+from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond, SheetPlan
+from workbook_builder.sheet.refs import name_destinations, parse_range
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
 EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
@@ -143,8 +143,6 @@ def named_extent(wb) -> tuple[int, int] | None:
     (the ✓/✗ marks beside an exercise step): the part of each sheet that `check` and
     `grade` read. A cell beyond it (a stray entry far down a returned file) is never
     read. None for a workbook without a name that is a range (nothing to bound it by)."""
-    from workbook_builder.engines.thirdparty import name_destinations
-
     refs = []
     for defined in wb.defined_names.values():
         try:

@@ -40,3 +40,9 @@ def parse_range(ref: str) -> tuple[int, int, int, int]:
     top, left = parse_cell(first)
     bottom, right = parse_cell(last) if last else (top, left)
     return top, left, bottom, right
+
+
+def name_destinations(defined) -> list[tuple[str, str]]:
+    """A defined name's (sheet, cells) pairs, each sheet as it is called: openpyxl 3.1's
+    `destinations` keeps a quoted name's doubled apostrophes ('Bob''s sheet'!A1)."""
+    return [(sheet.replace("''", "'"), cells) for sheet, cells in defined.destinations]

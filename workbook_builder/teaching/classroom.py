@@ -28,12 +28,12 @@ from workbook_builder.checking.check import compare_block, expected_steps
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.thirdparty import name_destinations, save_workbook
+from workbook_builder.engines.thirdparty import save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, check_fits
-from workbook_builder.sheet.refs import parse_cell, parse_range
+from workbook_builder.sheet.refs import name_destinations, parse_cell, parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
 from workbook_builder.teaching.record import RECORD, SHARED, student_record, write_record
 
