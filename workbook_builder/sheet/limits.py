@@ -14,7 +14,7 @@ import numpy as np
 
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE, HandTooLarge, plan_for
-from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond, SheetPlan
+from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond
 from workbook_builder.sheet.refs import name_destinations, parse_range
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
