@@ -442,7 +442,7 @@ class SheetPlan(SheetWriter):
         if self._drawn_series(chart) is None:  # left out, as the writer leaves it
             return
         top, left = self._slot(chart.cols, chart.rows + 1)
-        self._grow(top + chart.rows, left + chart.cols - 1)
+        self._grow(top, left)  # the title cell; the chart is a drawing over the cells
 
     def _reserve(self, name: str, rows: int, cols: int, above: int = 0,
                  before: int = 0) -> Block:
