@@ -18,6 +18,7 @@ from reference.gpt import gpt_ref
 from sheets._bands import CAUSAL_MASK
 from sheets.decoder_block import (
     DECODER_ZH,
+    DecoderBlockParams,
     block_inputs,
     block_sections,
     check_block_sizes,
@@ -25,7 +26,6 @@ from sheets.decoder_block import (
     layer_norm_band,
     scoped_sections,
 )
-from sheets.encoder_block import GELU_FORMS
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Cell, Custom, Input, Kind, Map, MatMulT, Step, section
 
@@ -34,26 +34,12 @@ MAX_LAYERS = 48
 
 
 @dataclass(frozen=True)
-class GptParams:
-    seq_len: int = field(default=4, metadata={"help": "tokens n (rows of TOKEN_IDS)"})
-    d_model: int = field(default=4, metadata={"help": "embedding width d; d_k = d/heads"})
-    heads: int = field(default=2, metadata={"help": "attention heads H (must divide d_model)"})
-    d_ff: int | None = field(default=None, metadata={
-        "help": "MLP width (columns of W_1); default 4·d_model, as GPT-2"})
+class GptParams(DecoderBlockParams):
+    """decoder-block's sizes (every block has them), the number of blocks and the
+    vocabulary."""
+
     layers: int = field(default=2, metadata={"help": f"decoder blocks L (1 … {MAX_LAYERS})"})
     vocab: int = field(default=16, metadata={"help": "vocabulary size (rows of WTE)"})
-    gelu: str = field(default="tanh", metadata={
-        "choices": list(GELU_FORMS),
-        "help": "GELU form: tanh (GPT-2's gelu_new, the default) or exact, 0.5·x·(1 + erf(x/√2))"})
-    ln_eps: float = field(default=1e-5, metadata={"help": "LayerNorm's eps (GPT-2: 1e-05)"})
-
-    @property
-    def d_k(self) -> int:
-        return self.d_model // self.heads
-
-    @property
-    def ffn_width(self) -> int:
-        return 4 * self.d_model if self.d_ff is None else self.d_ff
 
 
 def _ids(p) -> list[int]:
