@@ -35,7 +35,11 @@ def readme_section(kind_name: str) -> str:
 
 def documented_name(name: str) -> str:
     """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj, SCORES_D64 (a width) as
-    SCORES_Dw, Q_T3 (a decoding step) as Q_Tt."""
+    SCORES_Dw, Q_T3 (a decoding step) as Q_Tt, a stacked block's SCORES_H2_L1 as
+    SCORES_Hh_Ll."""
+    layer = re.search(r"_L\d+$", name)
+    if layer:
+        return documented_name(name[:layer.start()]) + "_Ll"
     for numbered, documented in (("H", "Hh"), ("B", "Bj"), ("D", "Dw"), ("T", "Tt")):
         name = re.sub(rf"_{numbered}\d+$", f"_{documented}", name)
     return name

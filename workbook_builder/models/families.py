@@ -30,18 +30,26 @@ class Family:
     post_ln: bool = True              # LayerNorm after each residual (BERT) or before
 
 
-def _bert_layer() -> dict[str, tuple[str, str]]:
-    base = "encoder.layer.{layer}."
+def _layer_table(base: str, linears, norms, how: str) -> dict[str, tuple[str, str]]:
+    """W_n/B_n from each (n, module) of `linears` (weights entering as `how`), γ and β of
+    each (LN, module) of `norms`; tensor names under `base`."""
     table = {}
-    for ours, theirs in (("Q", "attention.self.query"), ("K", "attention.self.key"),
-                         ("V", "attention.self.value"), ("O", "attention.output.dense"),
-                         ("1", "intermediate.dense"), ("2", "output.dense")):
-        table[f"W_{ours}"] = (base + theirs + ".weight", LINEAR)
+    for ours, theirs in linears:
+        table[f"W_{ours}"] = (base + theirs + ".weight", how)
         table[f"B_{ours}"] = (base + theirs + ".bias", ROW)
-    for ours, theirs in (("LN1", "attention.output.LayerNorm"), ("LN2", "output.LayerNorm")):
+    for ours, theirs in norms:
         table[f"{ours}_GAMMA"] = (base + theirs + ".weight", ROW)
         table[f"{ours}_BETA"] = (base + theirs + ".bias", ROW)
     return table
+
+
+def _bert_layer() -> dict[str, tuple[str, str]]:
+    return _layer_table("encoder.layer.{layer}.",
+                        (("Q", "attention.self.query"), ("K", "attention.self.key"),
+                         ("V", "attention.self.value"), ("O", "attention.output.dense"),
+                         ("1", "intermediate.dense"), ("2", "output.dense")),
+                        (("LN1", "attention.output.LayerNorm"), ("LN2", "output.LayerNorm")),
+                        LINEAR)
 
 
 BERT = Family(
@@ -113,11 +121,43 @@ MAMBA = Family(
     post_ln=False,
 )
 
-FAMILIES = (BERT, LLAMA, MAMBA)
+
+# GPT-2's Conv1D stores its weight in×out, already the sheets' X·W orientation: CONV1D is
+# read as it is. c_attn holds W_Q, W_K and W_V side by side (d × 3d, its bias 3d): "k/3"
+# after the way it enters takes the k-th third (workbook_builder/models/gpt2.py reads them)
+CONV1D = "conv1d"
+
+
+def _gpt2_layer() -> dict[str, tuple[str, str]]:
+    base = "h.{layer}."
+    table = {}
+    for k, n in enumerate("QKV"):
+        table[f"W_{n}"] = (base + "attn.c_attn.weight", f"{CONV1D} {k}/3")
+        table[f"B_{n}"] = (base + "attn.c_attn.bias", f"{ROW} {k}/3")
+    return {**table, **_layer_table(base, (("O", "attn.c_proj"), ("1", "mlp.c_fc"),
+                                           ("2", "mlp.c_proj")),
+                                    (("LN1", "ln_1"), ("LN2", "ln_2")), CONV1D)}
+
+
+GPT2 = Family(
+    name="GPT-2",
+    model_types=("gpt2",),
+    anchor="h.0.attn.c_attn.weight",
+    layer=_gpt2_layer(),
+    embeddings={"WTE": ("wte.weight", TABLE), "WPE": ("wpe.weight", TABLE),
+                "LNF_GAMMA": ("ln_f.weight", ROW), "LNF_BETA": ("ln_f.bias", ROW)},
+    config={"n_embd": "d_model", "n_head": "heads", "n_inner": "d_ff",
+            "layer_norm_epsilon": "ln_eps", "vocab_size": "vocab"},
+    layers_key="n_layer",
+    post_ln=False,
+)
+
+FAMILIES = (BERT, LLAMA, MAMBA, GPT2)
 # the kinds a checkpoint can fill, and the family tables they read
 KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,), "llama-block": (LLAMA,),
                  # GPT-2's fused c_attn split into Q, K, V: read by models/kv_cache.py
-                 "kv-cache": (), "mamba-block": (MAMBA,)}
+                 "kv-cache": (), "mamba-block": (MAMBA,), "decoder-block": (GPT2,),
+                 "gpt": (GPT2,)}
 # config.json hidden_act -> (activation, gelu form)
 ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
                "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh"),

@@ -14,6 +14,7 @@ from workbook_builder.models import llama
 from workbook_builder.models.families import (
     ACTIVATIONS,
     CONV,
+    GPT2,
     KIND_FAMILIES,
     LINEAR,
     MATRIX,
@@ -22,6 +23,7 @@ from workbook_builder.models.families import (
     Family,
 )
 from workbook_builder.models.files import Checkpoint, read_checkpoint
+from workbook_builder.models.gpt2 import gpt2_inputs
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import get_kind
 
@@ -62,6 +64,11 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     checkpoint = read_checkpoint(Path(path))
     family = _family(checkpoint, KIND_FAMILIES[kind_name])
     base = _prefix(checkpoint, family, prefix)
+    if family is GPT2:  # fused Conv1D weights and whole models: models/gpt2.py
+        ids, labels = _ids_and_labels(checkpoint, text, token_ids)
+        params, inputs, note = gpt2_inputs(kind_name, checkpoint, base, layer, ids,
+                                           explicit or {}, _tensor)
+        return ModelInputs(params, inputs, labels, f"weights: {Path(str(path)).name}; {note}")
     sizes = _sizes(checkpoint, family, base, explicit or {})
     if family.name == "LLaMA":
         sizes.update(llama.config_sizes(checkpoint.config or {}, checkpoint.source))
@@ -71,11 +78,7 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     if layer >= layers:
         raise UserError(f"{checkpoint.source}: no layer {layer} (it has layers 0 … "
                         f"{layers - 1})")
-    ids, labels = None, None
-    if text is not None:
-        ids, labels = _tokenize(checkpoint, text)
-    elif token_ids is not None:
-        ids, labels = list(token_ids), _labels_of(checkpoint, token_ids)
+    ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     kind = get_kind(kind_name)
     fields = {f.name for f in dataclasses.fields(kind.Params)}
     params = {k: v for k, v in sizes.items() if k in fields}
@@ -103,6 +106,16 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                        f"weights: {where}; X: the hidden states entering layer {layer}, "
                        f"computed by the NumPy reference of {before} (numbers, not "
                        f"formulas), token ids {_short(ids)}")
+
+
+def _ids_and_labels(checkpoint: Checkpoint, text: str | None,
+                    token_ids: list[int] | None) -> tuple[list[int] | None, list[str] | None]:
+    """The token ids and their labels, from --text or --token-ids (None, None: neither)."""
+    if text is not None:
+        return _tokenize(checkpoint, text)
+    if token_ids is not None:
+        return list(token_ids), _labels_of(checkpoint, token_ids)
+    return None, None
 
 
 def _short(ids: list[int]) -> str:
