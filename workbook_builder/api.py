@@ -50,6 +50,7 @@ from workbook_builder.demo import (
 )
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
+from workbook_builder.models import mamba
 from workbook_builder.models.families import KIND_FAMILIES
 from workbook_builder.models.loader import ModelInputs, model_inputs, parse_token_ids
 from workbook_builder.sheet.kind import Kind, complete_inputs
@@ -85,7 +86,9 @@ __all__ = [
     "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
 
 # the kinds `--checkpoint` can fill
-CHECKPOINT_KINDS = tuple(KIND_FAMILIES)
+# kinds whose family module reads its checkpoints itself (no heads; other tensors)
+OWN_READERS = {"mamba-block": mamba.model_inputs}
+CHECKPOINT_KINDS = (*KIND_FAMILIES, *OWN_READERS)
 # a real model's layer in the `cells` layout (one formula per cell, each reading a whole
 # row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
 # input cells `build` asks for `blocks`
@@ -222,8 +225,9 @@ def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path |
         if text is not None or ids is not None or layer or prefix is not None:
             raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
         return None
-    return model_inputs(kind, checkpoint, layer=layer, prefix=prefix, text=text,
-                        token_ids=ids, explicit=sizes)
+    read = OWN_READERS.get(kind, model_inputs)
+    return read(kind, checkpoint, layer=layer, prefix=prefix, text=text, token_ids=ids,
+                explicit=sizes)
 
 
 def check(path_or_book: str | Path | Book, engine: str = "formulas",

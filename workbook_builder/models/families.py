@@ -73,8 +73,8 @@ def _mamba_layer() -> dict[str, tuple[str, str]]:
             "W_OUT": (mixer + "out_proj.weight", LINEAR)}
 
 
-# MambaModel's names ("backbone." inside MambaForCausalLM); workbook_builder/models/mamba.py
-# reads them
+# MambaModel's names ("backbone." inside MambaForCausalLM), for `mamba-block`: read by
+# workbook_builder/models/mamba.py (no heads, a conv weight), not by loader.model_inputs
 MAMBA = Family(
     name="Mamba",
     model_types=("mamba",),
@@ -88,7 +88,7 @@ MAMBA = Family(
 
 FAMILIES = (BERT, MAMBA)
 # the kinds a checkpoint can fill, and the family tables they read
-KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,), "mamba-block": (MAMBA,)}
+KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,)}
 # config.json hidden_act -> (activation, gelu form)
 ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
                "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh")}
