@@ -23,7 +23,7 @@ from conftest import (
 
 from workbook_builder import api
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
-from workbook_builder.models.loader import model_inputs
+from workbook_builder.models.mamba import model_inputs
 
 IDS = [3, 1, 4, 1, 5, 9]
 TEACHING = {"vocab_size": 16, "hidden_size": 4, "state_size": 3, "num_hidden_layers": 2}

@@ -15,7 +15,6 @@ import dataclasses
 import html
 import tempfile
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +50,7 @@ from workbook_builder.demo import (
 )
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
+from workbook_builder.models import mamba
 from workbook_builder.models.families import KIND_FAMILIES
 from workbook_builder.models.kv_cache import kv_cache_inputs
 from workbook_builder.models.loader import ModelInputs, model_inputs, parse_token_ids
@@ -88,7 +88,9 @@ __all__ = [
     "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
 
 # the kinds `--checkpoint` can fill
-CHECKPOINT_KINDS = tuple(KIND_FAMILIES)
+# kinds whose family module reads its checkpoints itself (no heads; other tensors)
+OWN_READERS = {"mamba-block": mamba.model_inputs, "kv-cache": kv_cache_inputs}
+CHECKPOINT_KINDS = (*KIND_FAMILIES, *OWN_READERS)
 # a real model's layer in the `cells` layout (one formula per cell, each reading a whole
 # row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
 # input cells `build` asks for `blocks`
@@ -241,8 +243,8 @@ def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path |
         if text is not None or ids is not None or layer or prefix is not None:
             raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
         return None
-    read = kv_cache_inputs if kind == "kv-cache" else partial(model_inputs, kind)
-    return read(checkpoint, layer=layer, prefix=prefix, text=text, token_ids=ids,
+    read = OWN_READERS.get(kind, model_inputs)
+    return read(kind, checkpoint, layer=layer, prefix=prefix, text=text, token_ids=ids,
                 explicit=sizes)
 
 

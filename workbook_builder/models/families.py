@@ -108,8 +108,8 @@ def _mamba_layer() -> dict[str, tuple[str, str]]:
             "W_OUT": (mixer + "out_proj.weight", LINEAR)}
 
 
-# MambaModel's names ("backbone." inside MambaForCausalLM); workbook_builder/models/mamba.py
-# reads them
+# MambaModel's names ("backbone." inside MambaForCausalLM), for `mamba-block`: read by
+# workbook_builder/models/mamba.py (no heads, a conv weight), not by loader.model_inputs
 MAMBA = Family(
     name="Mamba",
     model_types=("mamba",),
@@ -155,9 +155,7 @@ GPT2 = Family(
 FAMILIES = (BERT, LLAMA, MAMBA, GPT2)
 # the kinds a checkpoint can fill, and the family tables they read
 KIND_FAMILIES = {"multihead": (BERT,), "encoder-block": (BERT,), "llama-block": (LLAMA,),
-                 # GPT-2's fused c_attn split into Q, K, V: read by models/kv_cache.py
-                 "kv-cache": (), "mamba-block": (MAMBA,), "decoder-block": (GPT2,),
-                 "gpt": (GPT2,)}
+                 "decoder-block": (GPT2,), "gpt": (GPT2,)}
 # config.json hidden_act -> (activation, gelu form)
 ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
                "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh"),

@@ -25,6 +25,7 @@ from workbook_builder.models.loader import (
     _short,
     _tensor,
     _tokenize,
+    check_request,
 )
 
 # GPT2Model's names ("transformer." before them inside GPT2LMHeadModel, found as the prefix)
@@ -75,15 +76,12 @@ class _Layers:
             + self.get(f"h.{k}.mlp.c_proj.bias", (d,))
 
 
-def kv_cache_inputs(path: str | Path, *, layer: int = 0, prefix: str | None = None,
+def kv_cache_inputs(kind_name: str, path: str | Path, *, layer: int = 0, prefix: str | None = None,
                     text: str | None = None, token_ids: list[int] | None = None,
                     explicit: dict[str, Any] | None = None) -> ModelInputs:
     """The kv-cache inputs of GPT-2 layer `layer`: its split c_attn, and with `text` or
     `token_ids` X = ln_1 of the hidden states entering it."""
-    if text is not None and token_ids is not None:
-        raise UserError("give --text or --token-ids, not both")
-    if layer < 0:
-        raise UserError(f"--layer must be 0 or more, got {layer}")
+    check_request(text, token_ids, layer)
     checkpoint = read_checkpoint(Path(path))
     family = _family(checkpoint, (GPT2_ATTENTION,))
     base = _prefix(checkpoint, family, prefix)

@@ -53,14 +53,7 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     seed."""
     if kind_name not in KIND_FAMILIES:
         raise UserError(f"--checkpoint fills {' and '.join(KIND_FAMILIES)}, not {kind_name}")
-    if text is not None and token_ids is not None:
-        raise UserError("give --text or --token-ids, not both")
-    if layer < 0:
-        raise UserError(f"--layer must be 0 or more, got {layer}")
-    if kind_name == "mamba-block":  # no heads or LayerNorm: its family module reads it
-        from workbook_builder.models.mamba import mamba_inputs
-        return mamba_inputs(path, layer=layer, prefix=prefix, token_ids=token_ids, text=text,
-                            explicit=explicit or {})
+    check_request(text, token_ids, layer)
     checkpoint = read_checkpoint(Path(path))
     family = _family(checkpoint, KIND_FAMILIES[kind_name])
     base = _prefix(checkpoint, family, prefix)
@@ -116,6 +109,14 @@ def _ids_and_labels(checkpoint: Checkpoint, text: str | None,
     if token_ids is not None:
         return list(token_ids), _labels_of(checkpoint, token_ids)
     return None, None
+
+
+def check_request(text: str | None, token_ids: list[int] | None, layer: int) -> None:
+    """What every family's reader refuses before opening the checkpoint."""
+    if text is not None and token_ids is not None:
+        raise UserError("give --text or --token-ids, not both")
+    if layer < 0:
+        raise UserError(f"--layer must be 0 or more, got {layer}")
 
 
 def _short(ids: list[int]) -> str:

@@ -20,20 +20,24 @@ from workbook_builder.models.loader import (
     _prefix,
     _short,
     _tokenize,
+    check_request,
 )
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import get_kind
 
-KIND = "mamba-block"
 # what the sheet leaves out: a checkpoint that needs it is refused in one line
 UNSUPPORTED = {"use_bias": "in_proj and out_proj biases (use_bias)"}
 
 
-def mamba_inputs(path: str | Path, *, layer: int, prefix: str | None,
-                 token_ids: list[int] | None, text: str | None,
-                 explicit: dict[str, Any]) -> ModelInputs:
-    """The inputs of `mamba-block` for block `layer`; with token ids or text, X is the hidden
-    states entering it, else X is left to the seed."""
+def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
+                 prefix: str | None = None, text: str | None = None,
+                 token_ids: list[int] | None = None,
+                 explicit: dict[str, Any] | None = None) -> ModelInputs:
+    """The inputs of `mamba-block` (`kind_name`) for block `layer`, as loader.model_inputs
+    for the other kinds; with token ids or text, X is the hidden states entering it, else X
+    is left to the seed."""
+    check_request(text, token_ids, layer)
+    explicit = explicit or {}
     checkpoint = read_checkpoint(Path(path))
     family = _family(checkpoint, (MAMBA,))
     base = _prefix(checkpoint, family, prefix)
@@ -56,7 +60,7 @@ def mamba_inputs(path: str | Path, *, layer: int, prefix: str | None,
         ids, labels = list(token_ids), _labels_of(checkpoint, token_ids)
     if ids is not None:
         sizes["seq_len"] = len(ids)
-    kind = get_kind(KIND)
+    kind = get_kind(kind_name)
     params = make_params(kind, {**sizes, **explicit})
     conv_bias = config.get("use_conv_bias", True)
     inputs = block_inputs(checkpoint, base, layer, kind.input_shapes(params), conv_bias)
