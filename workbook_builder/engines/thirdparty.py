@@ -402,3 +402,12 @@ def model_from_dict(adict: dict, book: str, shortcuts: bool | None = None):
     model.inverse_references()
     return model
 
+
+
+def set_default_font(wb, font) -> None:
+    """Make `font` the workbook's default (style record 0 and the Normal style), which
+    every cell without a font of its own, empty cells and column widths are measured in.
+    Call on a new workbook, before any cell is styled."""
+    from openpyxl.utils.indexed_list import IndexedList
+    wb._fonts = IndexedList([font])
+    wb._named_styles["Normal"].font = font

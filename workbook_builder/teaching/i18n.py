@@ -28,6 +28,8 @@ SHARED: Table = {"zh": {
     # layout legend and title furniture
     "yellow = input you may edit    blue = live formula":
         "黄色 = 可修改的输入    蓝色 = 实时公式",
+    "yellow = input you may edit    blue = live formula    grey – = masked (holds 0)":
+        "黄色 = 可修改的输入    蓝色 = 实时公式    灰色 – = 已掩码（值为 0）",
     "yellow = input you may edit    blue = live formula    green = your answer":
         "黄色 = 可修改的输入    蓝色 = 实时公式    绿色 = 你的答案",
     # shared bands (sheets/_bands.py)
