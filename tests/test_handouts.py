@@ -17,17 +17,19 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import once_per_run, requires_libreoffice
+from conftest import build, once_per_run, requires_libreoffice
 
 from workbook_builder.book.files import handout_copy, write_workbook
+from workbook_builder.book.workbook import new_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan
 from workbook_builder.engines.libreoffice import convert_many, has_chinese_font
 from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.printing import PrintUnit, plan_pages
 
-pytestmark = [requires_libreoffice, pytest.mark.skipif(
+requires_pdftotext = pytest.mark.skipif(
     shutil.which("pdftotext") is None, reason="pdftotext is missing (apt-get install "
-                                               "poppler-utils)")]
+                                               "poppler-utils)")
 
 MIN_DIGIT_PT = 8.0
 MIN_LINES = 5
@@ -109,7 +111,6 @@ class Handout:
 def _calibration(folder: Path) -> Path:
     """One cell of digits in the sheets' font at 10 pt, printed at 100 %: how tall
     pdftotext draws a digit of a known size."""
-    from workbook_builder.book.workbook import new_workbook
     wb = new_workbook()
     wb.active["A1"] = 12345
     wb.active.page_setup.scale = 100
@@ -156,6 +157,8 @@ def handouts(demo, tutorial, tmp_path_factory) -> tuple[list[Handout], float]:
     return found, (digit.bottom - digit.top) / CALIBRATION_PT
 
 
+@requires_libreoffice
+@requires_pdftotext
 def test_every_demo_workbook_is_rendered_in_each_language(handouts):
     found, _ = handouts
     stems = {h.name for h in found}
@@ -170,6 +173,8 @@ def _each(handouts):
     return [(h, per_pt) for h in found]
 
 
+@requires_libreoffice
+@requires_pdftotext
 def test_every_printed_digit_is_8_pt_or_more(handouts):
     small = []
     for handout, per_pt in _each(handouts):
@@ -183,6 +188,8 @@ def test_every_printed_digit_is_8_pt_or_more(handouts):
     assert not small, small
 
 
+@requires_libreoffice
+@requires_pdftotext
 def test_no_page_but_the_last_has_fewer_than_5_lines(handouts):
     thin = []
     for handout, _ in _each(handouts):
@@ -196,6 +203,8 @@ def test_no_page_but_the_last_has_fewer_than_5_lines(handouts):
     assert not thin, thin
 
 
+@requires_libreoffice
+@requires_pdftotext
 def test_no_block_is_split_across_pages(handouts):
     split, missing = [], []
     for handout, _ in _each(handouts):
@@ -214,6 +223,8 @@ def test_no_block_is_split_across_pages(handouts):
     assert not split, split
 
 
+@requires_libreoffice
+@requires_pdftotext
 def test_the_about_sheet_is_not_printed(handouts):
     for handout, _ in _each(handouts):
         words, _ = words_of(handout.pdf)
@@ -225,3 +236,51 @@ def test_differs_on_the_tutorial_sheet_is_red(tutorial):
     rules = [rule for cf in ws.conditional_formatting for rule in cf.rules
              if rule.formula == ['"DIFFERS"']]
     assert rules and rules[0].dxf.fill.fgColor.rgb.endswith("FFC7CE")
+
+
+def test_page_breaks_fall_only_between_units_and_digits_stay_legible(tmp_path):
+    """The plan for a sheet of many band lines: every row break sits between two units,
+    each page holds at most a page of rows, and the scale never goes under 89 %."""
+    ws = new_workbook().active
+    units, row = [], 1
+    for height in [9, 12, 7, 30, 9, 9, 9, 9, 14, 5]:  # rows of each band line
+        units.append(PrintUnit(row, row + height - 1, 17))
+        row += height + 1
+    for col in range(1, 18):
+        ws.column_dimensions[openpyxl.utils.get_column_letter(col)].width = 9
+    orientation, scale, rows, cols = plan_pages(ws, units)
+    assert orientation == "landscape" and scale >= 89 and not cols
+    assert rows and all(any(u.bottom == r for u in units) for r in rows)
+    body = (595 - 2 * 0.6 * 72) * 100 / scale
+    starts = [1, *(r + 1 for r in rows)]
+    ends = [*rows, units[-1].bottom]
+    assert all((end - start + 1) * 15 <= body for start, end in zip(starts, ends, strict=True))
+
+
+def test_a_narrow_tall_sheet_prints_portrait(tmp_path):
+    ws = new_workbook().active
+    orientation, *_ = plan_pages(ws, [PrintUnit(1, 120, 6)])
+    assert orientation == "portrait"
+
+
+def test_the_handout_copy_hides_only_the_about_sheet(tmp_path):
+    book = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
+    copy = handout_copy(book, tmp_path / "copy.xlsx")
+    wb = openpyxl.load_workbook(copy)
+    assert [ws.sheet_state for ws in wb.worksheets] == ["visible", "hidden"]
+    assert wb.sheetnames[-1] == "About"
+    assert openpyxl.load_workbook(book)["About"].sheet_state == "visible"  # file untouched
+
+
+def test_a_column_break_cuts_only_a_block_wider_than_a_page():
+    """A 60-column block must be cut; the 5-column block below it, which straddles where
+    the first page would end, moves whole to the next page instead."""
+    ws = new_workbook().active
+    for col in range(1, 62):
+        ws.column_dimensions[openpyxl.utils.get_column_letter(col)].width = 9
+    units = [PrintUnit(1, 10, 61), PrintUnit(12, 20, 20)]
+    wide, narrow = (1, 61), (15, 20)
+    _, _, _, cols = plan_pages(ws, units, [wide, narrow])
+    assert cols and all(not narrow[0] <= c < narrow[1] for c in cols)
+    _, _, _, unguarded = plan_pages(ws, units, [wide])
+    assert any(narrow[0] <= c < narrow[1] for c in unguarded)  # the case is a real one

@@ -61,7 +61,8 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     _write_about(wb, spec, sorted(n for n in wb.defined_names), tr, note)
     for other in wb.worksheets:
         base_setup(other, f"attnsheets — {kind.name} — {other.title}")
-    set_print_layout(ws, sheet.units, f"attnsheets — {kind.name} — {ws.title}")
+    set_print_layout(ws, sheet.units, f"attnsheets — {kind.name} — {ws.title}",
+                     [(b.left - 1, b.right) for b in sheet.blocks.values()])
     return wb
 
 

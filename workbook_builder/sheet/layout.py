@@ -74,7 +74,7 @@ CELL_BORDER = Border(left=THIN, right=THIN, top=THIN, bottom=THIN)  # printed in
 NUMBER_FORMAT = "0.0000"                                             # gridlines
 LEGEND = "yellow = input you may edit    blue = live formula    grey – = masked (holds 0)"
 HEADER_ROWS = 4  # name, equation, explanation, column labels
-MAX_WIDTH = 16  # columns of a band line: one landscape page at the print scale
+MAX_WIDTH = 17  # columns of a band line: one landscape A4 page at 90 %
 
 
 class SheetWriter:
@@ -334,10 +334,10 @@ class SheetWriter:
         ws, label_col = self.ws, block.left - 1
         name_cell = write_text(ws, block.top - 4, label_col, block.name)
         name_cell.font = NAME_FONT
-        write_text(ws, block.top - 3, label_col, equation).font = EQUATION_FONT
+        self._wrapped(block, block.top - 3, equation, EQUATION_FONT)
         if explanation:
             name_cell.comment = Comment(explanation, "attnsheets", width=300, height=120)
-            self._explain(block, explanation)
+            self._wrapped(block, block.top - 2, explanation, EXPLANATION_FONT)
         write_text(ws, block.top - 1, label_col, corner).font = LABEL_FONT
         for j, label in enumerate(col_labels):
             cell = write_text(ws, block.top - 1, block.left + j, label)
@@ -346,20 +346,21 @@ class SheetWriter:
         for i, label in enumerate(row_labels):
             write_text(ws, block.top + i, label_col, label).font = LABEL_FONT
 
-    def _explain(self, block: Block, explanation: str) -> None:
-        """The explanation under the equation, wrapped across the block's width (label
-        column to last column), its row tall enough for the lines it takes."""
-        row, label_col = block.top - 2, block.left - 1
-        cell = write_text(self.ws, row, label_col, explanation)
-        cell.font = EXPLANATION_FONT
+    def _wrapped(self, block: Block, row: int, text: str, font: Font) -> None:
+        """A header line (equation, explanation) wrapped across the block's width, label
+        column to last column, its row tall enough for the lines it takes: it never runs
+        under the next block or off the printed page."""
+        label_col = block.left - 1
+        cell = write_text(self.ws, row, label_col, text)
+        cell.font = font
         cell.alignment = Alignment(wrap_text=True, vertical="top")
         if block.right > label_col:
             self.ws.merge_cells(start_row=row, start_column=label_col, end_row=row,
                                 end_column=block.right)
-        lines = wrapped_lines(explanation, block.cols + 1, EXPLANATION_PT)
-        height = lines * LINE_PT
-        current = self.ws.row_dimensions[row].height or 0
-        self.ws.row_dimensions[row].height = max(current, height)
+        lines = wrapped_lines(text, block.cols + 1, font.sz)
+        if lines > 1 or font.sz < FONT_PT:
+            current = self.ws.row_dimensions[row].height or 0
+            self.ws.row_dimensions[row].height = max(current, lines * font.sz * 1.3)
 
     def _name(self, block: Block, row_labels: list, col_labels: list,
               vector: str | None) -> None:
@@ -401,9 +402,6 @@ class SheetWriter:
             lines = wrapped_lines(cell.value, right - self.margin + 1, size)
             if lines > 1:
                 self.ws.row_dimensions[row].height = lines * size * 1.3
-
-
-LINE_PT = EXPLANATION_PT * 1.3  # one wrapped line of an explanation, in points
 
 
 def wrapped_lines(text: str, columns: int, size: float) -> int:

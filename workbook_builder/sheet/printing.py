@@ -6,6 +6,7 @@ LibreOffice and Excel both honour what is set here (manual row/column breaks, pr
 scale), so `attnsheets pdf` and File ▸ Print give the same pages.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from openpyxl.worksheet.pagebreak import Break, ColBreak, RowBreak
@@ -54,11 +55,13 @@ def printable(orientation: str) -> tuple[float, float]:
     return width - 2 * 72 * SIDE_IN, height - 2 * 72 * TOP_IN
 
 
-def plan_pages(ws: Worksheet, units: list[PrintUnit]) -> tuple[str, int, list[int], list[int]]:
+def plan_pages(ws: Worksheet, units: list[PrintUnit],
+               spans: Sequence[tuple[int, int]] = ()) -> tuple[str, int, list[int], list[int]]:
     """(orientation, scale %, rows after which a page ends, columns after which a page
     ends) for `units`: as large as fits one page width, never under MIN_SCALE; row breaks
     packed greedily between units; column breaks only where a unit is wider than a page
-    even at MIN_SCALE, at a column no block crosses where there is one."""
+    even at MIN_SCALE, never inside a block's column span (first, last) that fits a page
+    where another column will do."""
     right = max((u.right for u in units), default=1)
     widths = [column_pt(ws, c) for c in range(1, right + 1)]
     content = sum(widths)
@@ -79,39 +82,40 @@ def plan_pages(ws: Worksheet, units: list[PrintUnit]) -> tuple[str, int, list[in
         else:
             used += gap + height
         above = unit.bottom
-    cols = _column_breaks(widths, fit_w, _safe_columns(units, right, ws))
+    cols = _column_breaks(widths, fit_w, _unsafe_columns(spans, widths, fit_w))
     return orientation, scale, rows, cols
 
 
-def _safe_columns(units: list[PrintUnit], right: int, ws: Worksheet) -> set[int]:
-    """Columns after which a page may end: empty in every row of every unit."""
-    used = set()
-    for unit in units:
-        for row in ws.iter_rows(min_row=unit.top, max_row=unit.bottom, max_col=right):
-            used.update(cell.column for cell in row if cell.value is not None)
-    for merged in ws.merged_cells.ranges:
-        used.update(range(merged.min_col, merged.max_col + 1))
-    return {c for c in range(1, right + 1) if c not in used or c + 1 not in used}
+def _unsafe_columns(spans: Sequence[tuple[int, int]], widths: list[float],
+                    fit_w: float) -> set[int]:
+    """Columns after which a page must not end: inside a block that fits a page (a wider
+    one is cut wherever its page ends)."""
+    unsafe = set()
+    for first, last in spans:
+        if sum(widths[first - 1:last]) <= fit_w:
+            unsafe.update(range(first, last))
+    return unsafe
 
 
-def _column_breaks(widths: list[float], fit_w: float, safe: set[int]) -> list[int]:
+def _column_breaks(widths: list[float], fit_w: float, unsafe: set[int]) -> list[int]:
     breaks, start, width = [], 0, 0.0
     for col, w in enumerate(widths, start=1):
         if width + w > fit_w and col - 1 > start:
-            cut = max((c for c in safe if start < c < col), default=col - 1)
+            cut = max((c for c in range(start + 1, col) if c not in unsafe), default=col - 1)
             breaks.append(cut)
             start, width = cut, sum(widths[cut:col])
         width += w
     return breaks
 
 
-def set_print_layout(ws: Worksheet, units: list[PrintUnit], title: str) -> None:
+def set_print_layout(ws: Worksheet, units: list[PrintUnit], title: str,
+                     spans: Sequence[tuple[int, int]] = ()) -> None:
     """Print setup of a block sheet: its print area, breaks and scale (`plan_pages`),
     the title in the header and page numbers in the footer, no gridlines or headings."""
     base_setup(ws, title)
     if not units:
         return
-    orientation, scale, rows, cols = plan_pages(ws, units)
+    orientation, scale, rows, cols = plan_pages(ws, units, spans)
     ws.page_setup.orientation = orientation
     ws.page_setup.scale = scale
     for row in rows:
