@@ -104,9 +104,12 @@ def scaled_scores(suffix: str = "", equation: str = "S = Q·Kᵀ", q: str = "Q",
     formula as the tutorial writes it."""
     scores = "SCORES" + suffix
     return [Step(scores, equation, MatMulT(q, k, q_cols, k_cols),
-                 "Dot product of query i with key j."),
+                 "Dot product of query i with key j.", corner=QUERY_KEY),
             Step("SCALED" + suffix, "S / √d_k   (d_k = {d_k})",
-                 Map("={S}/SQRT({d_k})", S=scores), explanation)]
+                 Map("={S}/SQRT({d_k})", S=scores), explanation, corner=QUERY_KEY)]
+
+
+QUERY_KEY = "query\\key"  # the corner of a square block: rows are queries, columns keys
 
 
 def positions_from_1(p) -> list[int]:
@@ -120,7 +123,7 @@ CAUSAL_MASK = Step(
     Map("=IF({COL_LABEL}<={ROW_LABEL},1,0)", rows="seq_len", cols="seq_len"),
     "Causal mask: a token may attend only to itself and earlier tokens. Masked entries are "
     "left out of the row max and sum below, so no −∞ is needed.",
-    row_labels=positions_from_1, col_labels=positions_from_1, corner="query\\key")
+    row_labels=positions_from_1, col_labels=positions_from_1, corner=QUERY_KEY)
 
 
 def weights_chart(weights: str = "WEIGHTS") -> Chart:
@@ -132,30 +135,32 @@ def weights_chart(weights: str = "WEIGHTS") -> Chart:
 
 
 def softmax_steps(scaled: str = "SCALED", mask: str | None = None, suffix: str = "",
-                  over: str = "keys", chart: bool = False) -> list:
-    """The row softmax as visible steps; a causal mask ends each row's max at the
-    diagonal and zeroes the masked exponentials. With `chart`, the weights' chart beside
-    them."""
+                  over: str = "keys", of: str = "(S/√d_k)",
+                  corner: str = QUERY_KEY, chart: bool = False) -> list:
+    """The row softmax as visible steps over the block `scaled`, written `of` in the
+    equations; a causal mask ends each row's max at the diagonal and zeroes the masked
+    exponentials (shown grey as –). With `chart`, the weights' chart beside them."""
     row_max, exp, row_sum = "ROW_MAX" + suffix, "EXP" + suffix, "ROW_SUM" + suffix
     shifted = "EXP({S}-{M})"
     return [
-        # m_i = max_{j allowed} s_ij   (subtracting it keeps EXP from overflowing)
-        Step(row_max, "m = max_j S_ij",
+        # m_i = max_{j allowed} z_ij   (subtracting it keeps EXP from overflowing)
+        Step(row_max, f"m_i = max_{{j ≤ i}} {of}_ij" if mask else f"m_i = max_j {of}_ij",
              Rows("=MAX({S})", upto=(lambda i: i) if mask else None, S=scaled),
              "Largest allowed score of each row; subtracting it before EXP is the stable "
              "softmax and changes no weight.", col_labels=["max"]),
-        # p_ij = exp(s_ij − m_i), 0 where masked
-        Step(exp, "P = exp(S − m)" + (" · mask" if mask else ""),
+        # p_ij = exp(z_ij − m_i), 0 where masked
+        Step(exp, f"P_ij = exp({of}_ij − m_i)" + (" · M_ij" if mask else ""),
              Map(f"=IF({{K}}=1,{shifted},0)" if mask else f"={shifted}", labels_from=scaled,
                  S=scaled, M=row_max, **({"K": mask} if mask else {})),
-             "Exponential of each shifted score; masked entries are 0."),
+             "Exponential of each shifted score; masked entries are 0.", corner=corner,
+             masked_by=mask),
         # ℓ_i = Σ_j p_ij
-        Step(row_sum, "ℓ = Σ_j P_ij", Rows("=SUM({P})", P=exp),
+        Step(row_sum, "ℓ_i = Σ_j P_ij", Rows("=SUM({P})", P=exp),
              "Row sums of the exponentials: the softmax denominator.", col_labels=["sum"]),
         # a_ij = p_ij / ℓ_i
-        Step("WEIGHTS" + suffix, "A = P / ℓ", Map("={P}/{L}", P=exp, L=row_sum),
+        Step("WEIGHTS" + suffix, "A_ij = P_ij / ℓ_i", Map("={P}/{L}", P=exp, L=row_sum),
              f"Attention weights: each row is a probability distribution over the {over} "
-             f"(sums to 1).", heatmap=True),
+             f"(sums to 1).", heatmap=True, corner=corner, masked_by=mask),
     ] + ([weights_chart("WEIGHTS" + suffix)] if chart else [])
 
 

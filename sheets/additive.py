@@ -141,7 +141,8 @@ class Additive(TwoSequenceKind):
                      Custom("tgt_len", "src_len", each=score_cell, per_row=score_row),
                      "Alignment score of decoder step i with source token j.",
                      row_labels="tgt", col_labels="src", corner="s_i\\h_j"),
-                *softmax_steps("SCORES", over="source tokens", chart=True)]),
+                *softmax_steps("SCORES", over="source tokens", of="e",
+                                corner="target\\source", chart=True)]),
             # c_i = Σ_j α_ij h_j
             section("Step 5 — context vectors c_i = Σ_j α_ij h_j", weighted_values(
                 "Each decoder step's weighted average of the encoder states.", "CONTEXT",
@@ -151,6 +152,7 @@ class Additive(TwoSequenceKind):
 
 # sheet text in Chinese (workbook_builder/teaching/i18n.py)
 Additive.translations = {"zh": {
+    "target\\source": "目标\\源",
     "Bahdanau additive attention: score vᵀ·tanh(W·s + U·h_j), softmax, context":
         "Bahdanau 加性注意力：分数 vᵀ·tanh(W·s + U·h_j)、Softmax、上下文向量",
     "Step 1 — inputs: encoder states h_j, decoder states s_i, the weights":

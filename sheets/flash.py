@@ -70,7 +70,7 @@ def key_labels(p, j, c0, c1) -> dict:
     if p.causal:
         return {"row_labels": positions_from_1, "col_labels": list(range(c0 + 1, c1 + 1)),
                 "corner": "query\\key"}
-    return {"row_labels": "tokens", "col_labels": f"keys_B{j}"}
+    return {"row_labels": "tokens", "col_labels": f"keys_B{j}", "corner": "query\\key"}
 
 
 def scores(p, j, c0, c1, skip) -> Step:

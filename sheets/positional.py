@@ -15,7 +15,7 @@ them from their row labels (the label set "positions").
 from dataclasses import dataclass, field
 
 from reference.positional import positional_ref
-from sheets._bands import W_K, W_Q, position_label_sets
+from sheets._bands import QUERY_KEY, W_K, W_Q, position_label_sets
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
 from workbook_builder.sheet.declare import Size
@@ -171,7 +171,8 @@ class Positional(Kind):
                       f"Each key rotated by its own position; {pairs}.",
                       row_labels="tokens", col_labels="k"),
                  Step("SCORES", "S = Q_ROT·K_ROTᵀ", MatMulT("Q_ROT", "K_ROT"),
-                      "Position-aware scores (scale and softmax as in the attention kind).")]),
+                      "Position-aware scores (scale and softmax as in the attention kind).",
+                      corner=QUERY_KEY)]),
             section(
                 lambda labels: f"Part C — the score of q₁ (token {labels['tokens'][0]}'s "
                                f"query) at position m with k₁ at position n depends only on "

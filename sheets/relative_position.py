@@ -21,7 +21,14 @@ Gnumeric, whose arithmetic is long double.
 from dataclasses import dataclass, field
 
 from reference.relative_position import relative_position_ref
-from sheets._bands import CAUSAL_MASK, X, concat_and_mix, projections, softmax_steps
+from sheets._bands import (
+    CAUSAL_MASK,
+    QUERY_KEY,
+    X,
+    concat_and_mix,
+    projections,
+    softmax_steps,
+)
 from sheets.multihead import W_K, W_O, W_Q, W_V
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
@@ -255,25 +262,27 @@ def head_band(h: int, p) -> list[Step]:
     """Head h (0-based): scores (scaled for ALiBi), + bias, softmax, A·V_h."""
     sfx, cols = f"_H{h + 1}", (h * p.d_k, (h + 1) * p.d_k - 1)
     scores = [Step("SCORES" + sfx, f"S = Q_{h + 1}·K_{h + 1}ᵀ", MatMulT("Q", "K", cols, cols),
-                   "Dot product of query i with key j.")]
+                   "Dot product of query i with key j.", corner=QUERY_KEY)]
     if p.bias == "alibi":
         scores.append(Step("SCALED" + sfx, "S / √d_k   (d_k = {d_k})",
                            Map("={S}/SQRT({d_k})", S="SCORES" + sfx),
-                           "Scores of this head divided by √d_k."))
+                           "Scores of this head divided by √d_k.", corner=QUERY_KEY))
         bias = Step("BIAS" + sfx, f"−m_{h + 1}·|j − i|", alibi_bias(h),
                     "ALiBi: a penalty growing linearly with the distance, at this head's "
-                    "slope.", row_labels="tokens", col_labels="tokens")
+                    "slope.", row_labels="tokens", col_labels="tokens", corner=QUERY_KEY)
     else:
         bias = Step("BIAS" + sfx, f"BIAS_TABLE[BUCKET, h{h + 1}]", t5_bias(h),
                     "This head's learned bias for the bucket of each offset.",
-                    row_labels="tokens", col_labels="tokens")
+                    row_labels="tokens", col_labels="tokens", corner=QUERY_KEY)
     logits = scores[-1].name
     return [*scores, bias,
             Step("BIASED" + sfx, "S + B" if p.bias == "t5" else "S/√d_k + B",
                  Map("={S}+{B}", S=logits, B="BIAS" + sfx, labels_from=logits),
                  "Scores plus the position bias; T5 does not divide by √d_k." if
-                 p.bias == "t5" else "Scaled scores plus the position bias."),
-            *softmax_steps("BIASED" + sfx, "MASK" if p.masked else None, sfx, chart=True),
+                 p.bias == "t5" else "Scaled scores plus the position bias.",
+                 corner=QUERY_KEY),
+            *softmax_steps("BIASED" + sfx, "MASK" if p.masked else None, sfx,
+                           of="(S + B)" if p.bias == "t5" else "(S/√d_k + B)", chart=True),
             Step("HEAD" + sfx, f"head_{h + 1} = A·V_{h + 1}",
                  MatMul("WEIGHTS" + sfx, "V", b_cols=cols), f"Output of head {h + 1}.",
                  col_labels=f"h{h + 1}.")]

@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from reference.scaling import scaling_ref
-from sheets._bands import positions_from_1, softmax_steps
+from sheets._bands import QUERY_KEY, positions_from_1, softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     Cell,
@@ -102,10 +102,11 @@ def scores_band(w: int) -> list[Step]:
     return [
         # S = Q·Kᵀ
         Step(f"SCORES{d}", "S = Q·Kᵀ", MatMulT(f"Q{d}", f"K{d}"),
-             "Dot product of query i with key j: a sum of d_k products, each of variance 1."),
+             "Dot product of query i with key j: a sum of d_k products, each of variance 1.",
+             corner=QUERY_KEY),
         # S / √d_k
         Step(f"SCALED{d}", f"S / √d_k   (d_k = {w})", Map(f"={{S}}/SQRT({w})", S=f"SCORES{d}"),
-             "Dividing by √d_k divides the variance by d_k."),
+             "Dividing by √d_k divides the variance by d_k.", corner=QUERY_KEY),
         # var(S) = Σ S²/n² − (Σ S/n²)²  ≈ d_k
         variance(f"VAR_SCORES{d}", f"var(S) ≈ d_k = {w}", f"SCORES{d}",
                  "Population variance of the n² scores: Σ S²/n² − (Σ S/n²)²."),
@@ -170,7 +171,8 @@ def jacobian_steps(sfx: str) -> list[Step]:
 
 
 def gradient_band(scores: str, sfx: str) -> list[Step]:
-    return [*softmax_steps(scores, suffix=sfx), *jacobian_steps(sfx)]
+    of = "S" if sfx.startswith("_RAW") else "(S/√d_k)"
+    return [*softmax_steps(scores, suffix=sfx, of=of), *jacobian_steps(sfx)]
 
 
 def width_section(w: int):

@@ -183,12 +183,12 @@ def masked_softmax() -> list:
     prefix): its row max reads the mask instead of ending at the diagonal."""
     row_max, exp, row_sum, weights = softmax_steps(mask="MASK")
     return [
-        replace(row_max, equation="m = max_{j: M_ij=1} S_ij",
+        replace(row_max, equation="m_i = max_{j: M_ij=1} (S/√d_k)_ij",
                 formula=Custom("seq_len", 1, row_max_cell), row_labels="tokens",
                 explanation="Largest allowed score of each row (an array formula: MAX over "
                             "IF(mask=1, score, own score)); a masked entry counts as the "
                             "row's own score, which every row allows."),
-        replace(exp, equation="P = exp(S − m) if M = 1 else 0",
+        replace(exp, equation="P_ij = exp((S/√d_k)_ij − m_i) if M_ij = 1 else 0",
                 explanation="Exponential of each shifted allowed score; masked entries "
                             "are 0."),
         row_sum,
@@ -375,7 +375,8 @@ SlidingWindow.translations = {"zh": {
         "每个允许位置平移后分数的指数；被掩码的位置为 0。",
     "Attention weights: zero outside the band, each row sums to 1.":
         "注意力权重：带外为零，每行和为 1。",
-    "P = exp(S − m) if M = 1 else 0": "P = exp(S − m)（M = 1 时），否则为 0",
+    "P_ij = exp((S/√d_k)_ij − m_i) if M_ij = 1 else 0":
+        "P_ij = exp((S/√d_k)_ij − m_i)（M_ij = 1 时），否则为 0",
     "Step 5 — weighted sum of the values": "Step 5：加权求和 — Output = 注意力权重 · V",
     "Each output row mixes only the value rows its query may see.":
         "每个输出行只混合其查询可以看到的值行。",

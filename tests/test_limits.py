@@ -55,7 +55,7 @@ def peak_memory(*args) -> tuple[subprocess.CompletedProcess, float]:
 @pytest.mark.parametrize("args, flag", [
     (["--seq-len", "100000"], "--seq-len"),
     (["--seq-len", "2", "--d-model", "17000", "--d-k", "1"], "--d-model"),
-    (["--d-k", "5500"], "--d-k"),
+    (["--d-k", "17000"], "--d-k"),  # one block wider than the grid (wider bands wrap)
 ])
 def test_a_sheet_beyond_excels_grid_is_refused_at_once(tmp_path, args, flag):
     out = tmp_path / "big.xlsx"

@@ -5,6 +5,7 @@ import contextlib
 import csv
 import dataclasses
 import os
+import re
 import secrets
 import shutil
 import zipfile
@@ -22,7 +23,7 @@ from workbook_builder.book.sheet_xml import (
     place_constant_blocks,
     splice_constant_blocks,
 )
-from workbook_builder.book.workbook import BookSpec, build_workbook
+from workbook_builder.book.workbook import ABOUT, BookSpec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.libreoffice import (
@@ -206,8 +207,31 @@ def export_pdf(path: Path, output: Path, force: bool = False, lang: str = "en") 
         raise UserError(f"no Chinese font is installed, so the handout would print boxes "
                         f"({CJK_FONT_HINT})")
     with writing(output), temp_beside(output, ".attnsheets-pdf-", folder=True) as outdir:
-        pdf = convert(path, "pdf", outdir)
+        staged = outdir / "staged"
+        staged.mkdir()
+        pdf = convert(handout_copy(path, staged / path.name), "pdf", outdir)
         move_into_place(pdf, output, force)
+
+
+def handout_copy(path: Path, target: Path) -> Path:
+    """A copy of the workbook with its About sheet hidden, as LibreOffice prints every
+    visible sheet: the handout holds the sheets a student reads, not the record of what
+    the file is. The copy is the file's own bytes but for that one attribute."""
+    about = re.compile(rb'<sheet\b[^>]*\bname="' + ABOUT.encode() + rb'"[^>]*/>')
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(target, "w",
+                                                         zipfile.ZIP_DEFLATED) as copy:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename == "xl/workbook.xml":
+                data = about.sub(_hidden, data)
+            copy.writestr(item, data)
+    return target
+
+
+def _hidden(sheet: re.Match) -> bytes:
+    """A workbook.xml <sheet …/> element with state="hidden"."""
+    element = re.sub(rb'\sstate="[^"]*"', b"", sheet.group(0))
+    return element[:-2].rstrip() + b' state="hidden"/>'
 
 
 @contextlib.contextmanager

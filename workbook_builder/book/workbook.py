@@ -9,15 +9,16 @@ from typing import Any
 
 import numpy as np
 import openpyxl
-from openpyxl.styles import Font
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder import __version__
-from workbook_builder.engines.thirdparty import stored_cells
+from workbook_builder.engines.thirdparty import set_default_font, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import Kind, make_params
+from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT, TITLE_FONT
+from workbook_builder.sheet.printing import base_setup, set_print_layout
 from workbook_builder.sheet.registry import get_kind
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
 from workbook_builder.teaching.i18n import catalog_for, translate_sheets
@@ -48,7 +49,7 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     `array_block_cells` cells are kept as arrays (`sheet/constants.py`; written by
     `save_atomic`), not in an exercise (it edits input cells)."""
     tr = catalog_for(kind, lang, tokens)
-    wb = openpyxl.Workbook()
+    wb = new_workbook()
     ws = wb.active
     ws.title = kind.sheet_title
     sheet = sheet_writer(ws, layout)
@@ -65,29 +66,25 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, tokens, lang, exercise,
                     student)
     _write_about(wb, spec, sorted(n for n in wb.defined_names), tr, note)
-    for ws in wb.worksheets:
-        print_setup(ws, f"attnsheets — {kind.name} — {ws.title}")
+    for other in wb.worksheets:
+        base_setup(other, f"attnsheets — {kind.name} — {other.title}")
+    set_print_layout(ws, sheet.units, f"attnsheets — {kind.name} — {ws.title}",
+                     [(b.left - 1, b.right) for b in sheet.blocks.values()])
     return wb
 
 
-def print_setup(ws, title: str) -> None:
-    """Landscape, one page wide, title in the header, gridlines and headings printed."""
-    ws.page_setup.orientation = "landscape"
-    ws.page_setup.paperSize = ws.PAPERSIZE_A4
-    ws.sheet_properties.pageSetUpPr.fitToPage = True
-    ws.page_setup.fitToWidth = 1
-    ws.page_setup.fitToHeight = 0
-    ws.print_options.gridLines = True
-    ws.print_options.headings = True
-    ws.oddHeader.center.text = title
-    ws.oddFooter.center.text = "page &P of &N"
+def new_workbook() -> Workbook:
+    """An empty workbook whose default font is the sheets' one sans-serif font."""
+    wb = openpyxl.Workbook()
+    set_default_font(wb, TEXT_FONT)
+    return wb
 
 
 def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str,
                  note: str | None = None) -> None:
     # the keys in column A are read back by `read_spec`, so they stay English
     ws = wb.create_sheet(ABOUT)
-    write_text(ws, 1, 1, tr("attnsheets workbook")).font = Font(bold=True, size=14)
+    write_text(ws, 1, 1, tr("attnsheets workbook")).font = TITLE_FONT
     write_text(ws, 2, 1, tr("Yellow cells are inputs: edit them and the formulas recalculate. "
                   "`attnsheets check` re-derives every step from the inputs held here now."))
     rows = [("kind", spec.kind), ("params", json.dumps(spec.params)),
@@ -102,7 +99,7 @@ def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str,
     if note is not None:
         rows.append(("source", note))
     for i, (key, value) in enumerate(rows, start=4):
-        write_text(ws, i, 1, key).font = Font(bold=True)
+        write_text(ws, i, 1, key).font = BOLD_FONT
         write_text(ws, i, 2, value)
     ws.column_dimensions["A"].width = 16
     ws.column_dimensions["B"].width = 80

@@ -685,3 +685,11 @@ class OrderedCalculation:
         values.pop(sh.SELF)
         values.pop(sh.START, None)  # not a value, as in the engine's solution
         return values
+
+def set_default_font(wb, font) -> None:
+    """Make `font` the workbook's default (style record 0 and the Normal style), which
+    every cell without a font of its own, empty cells and column widths are measured in.
+    Call on a new workbook, before any cell is styled."""
+    from openpyxl.utils.indexed_list import IndexedList
+    wb._fonts = IndexedList([font])
+    wb._named_styles["Normal"].font = font

@@ -417,6 +417,7 @@ class Step:
     heatmap: bool = False
     number_format: str | None = None
     skipped_rows: frozenset[int] = frozenset()  # shown grey as "skip" (the cells hold 0)
+    masked_by: str | None = None  # a 0/1 mask block: shown grey as "–" where it is 0
 
 
 @dataclass(frozen=True)

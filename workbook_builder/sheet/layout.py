@@ -1,16 +1,19 @@
 """Lays out a kind's declared sections on a worksheet as labelled blocks.
 
-A block is a rectangle of cells under a three-line header:
+A block is a rectangle of cells under a four-line header:
 
     NAME                 <- bold; the workbook-level defined name of the data cells
     equation             <- what every cell of the block computes
-    corner | col labels
+    explanation          <- one sentence, small italic (also the NAME cell's hover note)
+    corner | col labels  <- the corner names the rows and columns (query / key)
     row label | data ...
 
-Sections are placed top to bottom; the blocks of one band side by side. A chart in a band
-takes a rectangle of cells there and reads its series from blocks already placed. The `hand`
-layout (sheet/hand_layout.py) writes like `cells` but sets every matrix product between
-live copies of its operands.
+Sections are placed top to bottom; the blocks of one band side by side, wrapping onto a
+new line of the band before it grows wider than a printed page (`max_width` columns). A
+chart in a band takes a rectangle of cells there and reads its series from blocks already
+placed. Each band line, with the section title above it, is a print unit: a page break
+falls only between units (sheet/printing.py). The `hand` layout (sheet/hand_layout.py)
+writes like `cells` but sets every matrix product between live copies of its operands.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,8 +26,10 @@ from openpyxl.chart import Series as ChartData
 from openpyxl.chart.data_source import AxDataSource
 from openpyxl.chart.series import SeriesLabel, StrRef
 from openpyxl.comments import Comment
-from openpyxl.formatting.rule import ColorScaleRule
-from openpyxl.styles import Alignment, Font, PatternFill
+from openpyxl.formatting.rule import ColorScaleRule, Rule
+from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
+from openpyxl.styles.differential import DifferentialStyle
+from openpyxl.styles.numbers import NumberFormat
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 from openpyxl.worksheet.worksheet import Worksheet
@@ -47,6 +52,7 @@ from workbook_builder.sheet.declare import (
     text_of,
     vector_kind,
 )
+from workbook_builder.sheet.printing import EXPLANATION_PT, FONT_NAME, FONT_PT, PrintUnit
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 from workbook_builder.sheet.widths import fit_columns
 
@@ -56,12 +62,22 @@ INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")    # pale yellow: a value yo
 FORMULA_FILL = PatternFill("solid", fgColor="DDEBF7")  # pale blue: a live formula
 SKIP_FILL = PatternFill("solid", fgColor="D9D9D9")     # grey: a tile the algorithm skips
 SKIP_FORMAT = '"skip";"skip";"skip"'                   # the cell still holds a number (0)
-NAME_FONT = Font(bold=True, color="1F4E79")
-EQUATION_FONT = Font(italic=True, color="404040")
-LABEL_FONT = Font(color="7F7F7F")
-TITLE_FONT = Font(bold=True, size=14)
-NUMBER_FORMAT = "0.0000"
-HEADER_ROWS = 3  # name, equation, column labels
+MASKED_FILL = PatternFill("solid", fgColor="D9D9D9", bgColor="D9D9D9")  # grey: masked out
+MASKED_FORMAT = '"–";"–";"–"'                          # the cell still holds its 0
+MASKED_FORMAT_ID = 300  # a custom format's id in the rule's style, apart from the cells'
+# one sans-serif family on every cell (sheet/printing.py says why this one)
+NAME_FONT = Font(name=FONT_NAME, size=FONT_PT, bold=True, color="1F4E79")
+EQUATION_FONT = Font(name=FONT_NAME, size=FONT_PT, italic=True, color="404040")
+EXPLANATION_FONT = Font(name=FONT_NAME, size=EXPLANATION_PT, italic=True, color="595959")
+LABEL_FONT = Font(name=FONT_NAME, size=FONT_PT, color="7F7F7F")
+TEXT_FONT = Font(name=FONT_NAME, size=FONT_PT)
+BOLD_FONT = Font(name=FONT_NAME, size=FONT_PT, bold=True)
+TITLE_FONT = Font(name=FONT_NAME, size=14, bold=True)
+THIN = Side(style="thin", color="BFBFBF")
+CELL_BORDER = Border(left=THIN, right=THIN, top=THIN, bottom=THIN)  # printed in place of
+NUMBER_FORMAT = "0.0000"                                             # gridlines
+HEADER_ROWS = 4  # name, equation, explanation, column labels
+MAX_WIDTH = 17  # columns of a band line: one landscape A4 page at 90 %
 # a chart is drawn with at most this many series of at most this many points each (8
 # queries over 16 keys); past that it would be a thicket, and the heatmap says more
 CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
@@ -70,7 +86,7 @@ CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
 class SheetWriter:
     """Writes blocks onto one worksheet and names them in the workbook."""
 
-    legend = "yellow = input you may edit    blue = live formula"
+    legend = "yellow = input you may edit    blue = live formula    grey – = masked (holds 0)"
 
     def __init__(self, ws: Worksheet, layout: str, params=None,
                  label_sets: Mapping[str, Sequence] | None = None, first_row: int = 4):
@@ -82,9 +98,14 @@ class SheetWriter:
         self.label_sets = dict(label_sets or {})
         self.row = first_row
         self.margin = 1
-        self._band: list[int] | None = None  # [top, next left, lowest bottom]
+        self.max_width = MAX_WIDTH
+        self._band: list[int] | None = None  # [top, next left, lowest bottom, unit top]
+        self.units: list[PrintUnit] = []  # what a page break must not cut, top to bottom
+        self._glued: int | None = None  # first row of text lines kept with the next unit
+        self._text_rows: list[int] = []  # wrapped across their unit's width by `finish`
         self.blocks: dict[str, Block] = {}
         self.labels: dict[str, tuple[list, list]] = {}
+        self.name_cells: dict[str, tuple[int, int]] = {}  # block -> its name cell (row, col)
         self.vectors: dict[str, str] = {}
         # an exercise's hidden answer key lays the same blocks out again: unnamed (the
         # names stay on the visible sheet), its inputs linked to the visible inputs
@@ -100,12 +121,21 @@ class SheetWriter:
         if subtitle:
             write_text(self.ws, 2, 1, subtitle).font = EQUATION_FONT
         write_text(self.ws, 3, 1, self.legend).font = LABEL_FONT
+        self._glued = 1
+        self._text_rows += [1, 2, 3]
 
     def text(self, text: str, bold: bool = False) -> None:
         """One line of prose across the sheet, outside any band."""
         cell = write_text(self.ws, self.row, self.margin, text)
-        cell.font = Font(bold=bold)
+        cell.font = BOLD_FONT if bold else TEXT_FONT
+        self._glue(self.row)
+        self._text_rows.append(self.row)
         self.row += 1
+
+    def _glue(self, row: int) -> None:
+        """Keep text lines from `row` on with the unit that follows them."""
+        if self._glued is None:
+            self._glued = row
 
     # -- declared sections -----------------------------------------------------------------
     def write(self, sections: Iterable[Section], inputs: Mapping[str, np.ndarray]) -> None:
@@ -115,7 +145,7 @@ class SheetWriter:
                 text_of(sec.title, self.params)
             self.text(title, bold=sec.bold)
             for band in sec.bands:
-                self._band = [self.row, self.margin, self.row]
+                self._band = [self.row, self.margin, self.row, self._take_glued(self.row)]
                 self._begin_band(band)
                 for item in band:
                     if isinstance(item, Input):
@@ -126,11 +156,31 @@ class SheetWriter:
                         self._chart(item)
                     else:
                         self._table(item)
+                self._close_unit()
                 self.row = self._band[2] + 2
                 self._band = None
 
     def _begin_band(self, band: Sequence) -> None:
         """Called before a band's items are placed (the hand layout lines up their rows)."""
+
+    def _take_glued(self, top: int) -> int:
+        glued, self._glued = self._glued, None
+        return top if glued is None else glued
+
+    def _close_unit(self) -> None:
+        top, _, bottom, unit_top = self._band
+        right = max(self.margin, self._band[1] - 2)
+        self.units.append(PrintUnit(unit_top, bottom, right))
+
+    def _room(self, width: int) -> None:
+        """Start a new line of the band when `width` more columns would make it wider
+        than `max_width` (a band line never needs a page break inside it)."""
+        if self._band is None or self._band[1] == self.margin or \
+                self._band[1] - 1 + width <= self.max_width:
+            return
+        self._close_unit()
+        top = self._band[2] + 2
+        self._band[:] = [top, self.margin, top, top]
 
     def _labels(self, spec: Labels | None, count: int, derived: Sequence | None) -> list:
         if spec is None:
@@ -157,6 +207,7 @@ class SheetWriter:
             values.size >= self.array_block_cells and bool(np.isfinite(values).all())
         first = Cell(ws) if as_array else ws.cell(block.top, block.left)
         first.fill = INPUT_FILL  # the others copy its style record
+        first.font, first.border, first.number_format = TEXT_FONT, CELL_BORDER, NUMBER_FORMAT
         if as_array:  # no cell objects: the values go into the file's XML as they are
             add_constant_block(ws, block.top, block.left, values, first)
             self._name(block, row_labels, col_labels, vector_kind(item.rows, item.cols))
@@ -214,6 +265,8 @@ class SheetWriter:
             for c in range(cols):
                 target = ws.cell(block.top + r, block.left + c)
                 target.number_format, target.fill = SKIP_FORMAT, SKIP_FILL
+        if step.masked_by is not None:
+            self._shade_masked(block, self.blocks[step.masked_by])
         if step.heatmap:
             ws.conditional_formatting.add(
                 block.whole().replace("$", ""),
@@ -223,9 +276,20 @@ class SheetWriter:
                    vector_kind(getattr(step.formula, "rows", None),
                                getattr(step.formula, "cols", None), step.formula))
 
+    def _shade_masked(self, block: Block, mask: Block) -> None:
+        """Grey with a dash wherever the mask's cell is 0: a live rule reading the mask, so
+        the cell keeps the 0 the next formulas add up."""
+        masked = DifferentialStyle(fill=MASKED_FILL, numFmt=NumberFormat(
+            numFmtId=MASKED_FORMAT_ID, formatCode=MASKED_FORMAT))
+        self.ws.conditional_formatting.add(
+            block.whole().replace("$", ""),
+            Rule(type="expression", formula=[f"{cell_ref(mask.top, mask.left)}=0"],
+                 stopIfTrue=True, dxf=masked))
+
     def _slot(self, cols: int, rows: int) -> tuple[int, int]:
         """The top-left cell of the band's next `rows` × `cols` slot (a table, a chart),
         with one empty column after it."""
+        self._room(cols)
         top, left = self._band[0], self._band[1]
         self._band[1] = left + cols + 1
         self._band[2] = max(self._band[2], top + rows - 1)
@@ -298,7 +362,7 @@ class SheetWriter:
             values = range_ref(block.top, column, block.bottom, column, True, True)
             labels, name = block.row_labels(), cell_ref(block.top - 1, column, True, True)
             if block.cols == 1:  # "max", "α": the block's name says which it is
-                name = cell_ref(block.top - HEADER_ROWS, block.left - 1, True, True)
+                name = cell_ref(*self.name_cells[block.name], True, True)
         else:
             row = block.top + series.index
             values = range_ref(row, block.left, row, block.right, True, True)
@@ -322,10 +386,12 @@ class SheetWriter:
         if self._band is None:
             top, label_col = self.row, self.margin
         else:
+            self._room(cols + 1 + before)
             top, label_col = self._band[0], self._band[1]
         block = Block(name, self.ws.title, top + HEADER_ROWS + above, label_col + 1 + before,
                       rows, cols)
         if self._band is None:
+            self.units.append(PrintUnit(self._take_glued(top), block.bottom, block.right))
             self.row = block.bottom + 2
         else:
             self._band[1] = block.right + 2
@@ -335,14 +401,16 @@ class SheetWriter:
     def _header(self, block: Block, equation: str, row_labels: Sequence,
                 col_labels: Sequence, explanation: str, corner: str, above: int = 0,
                 before: int = 0) -> None:
-        """Name and equation at the top left of the block's slot (`_place`'s `above` and
-        `before`), then the corner and the labels beside the data."""
+        """Name, equation and explanation at the top left of the block's slot (`_place`'s
+        `above` and `before`), then the corner and the labels beside the data."""
         ws, top, left = self.ws, block.top - HEADER_ROWS - above, block.left - 1 - before
+        self.name_cells[block.name] = (top, left)
         name_cell = write_text(ws, top, left, block.name)
         name_cell.font = NAME_FONT
+        self._wrapped(block, top + 1, equation, EQUATION_FONT, left)
         if explanation:
             name_cell.comment = Comment(explanation, "attnsheets", width=300, height=120)
-        write_text(ws, top + 1, left, equation).font = EQUATION_FONT
+            self._wrapped(block, top + 2, explanation, EXPLANATION_FONT, left)
         self._frame(block, corner, row_labels, col_labels)
 
     def _frame(self, block: Block, corner: str, row_labels: Sequence,
@@ -359,6 +427,23 @@ class SheetWriter:
         for i, label in enumerate(row_labels):
             write_text(ws, block.top + i, label_col, label).font = LABEL_FONT
 
+    def _wrapped(self, block: Block, row: int, text: str, font: Font,
+                 left: int | None = None) -> None:
+        """A header line (equation, explanation) wrapped across the block's width, label
+        column to last column, its row tall enough for the lines it takes: it never runs
+        under the next block or off the printed page."""
+        label_col = block.left - 1 if left is None else left
+        cell = write_text(self.ws, row, label_col, text)
+        cell.font = font
+        cell.alignment = Alignment(wrap_text=True, vertical="top")
+        if block.right > label_col:
+            self.ws.merge_cells(start_row=row, start_column=label_col, end_row=row,
+                                end_column=block.right)
+        lines = wrapped_lines(text, block.right - label_col + 1, font.sz)
+        if lines > 1 or font.sz < FONT_PT:
+            current = self.ws.row_dimensions[row].height or 0
+            self.ws.row_dimensions[row].height = max(current, lines * font.sz * 1.3)
+
     def _name(self, block: Block, row_labels: list, col_labels: list,
               vector: str | None) -> None:
         if block.name in self.blocks:
@@ -374,15 +459,45 @@ class SheetWriter:
 
     def finish(self, values: Mapping[str, np.ndarray] | None = None) -> None:
         """Column widths that fit the numbers shown: `values` holds each block's numbers
-        by name (inputs, and the reference's steps); without them, 4-decimal numbers."""
+        by name (inputs, and the reference's steps); without them, 4-decimal numbers. Text
+        after the last unit (an exercise's notes) is a unit of its own."""
         fit_columns(self.ws, self.blocks, self.labels, values)
         self.ws.freeze_panes = "A4"
+        last = self.units[-1].bottom if self.units else 0
+        if self.ws.max_row > last:
+            self.units.append(PrintUnit(last + 1, self.ws.max_row, self.margin))
+        self._wrap_text_rows()
+
+    def _wrap_text_rows(self) -> None:
+        """Each line of prose wrapped within its unit's columns (never printed past the
+        page's right edge), its row as tall as the lines it takes."""
+        for row in self._text_rows:
+            unit = next((u for u in self.units if u.top <= row <= u.bottom), None)
+            cell = self.ws.cell(row, self.margin)
+            if unit is None or not isinstance(cell.value, str):
+                continue
+            right = min(max(unit.right, self.margin + 5), self.margin + self.max_width - 1)
+            self.ws.merge_cells(start_row=row, start_column=self.margin, end_row=row,
+                                end_column=right)
+            cell.alignment = Alignment(wrap_text=True, vertical="top")
+            size = cell.font.sz or FONT_PT
+            lines = wrapped_lines(cell.value, right - self.margin + 1, size)
+            if lines > 1:
+                self.ws.row_dimensions[row].height = lines * size * 1.3
+
+
+def wrapped_lines(text: str, columns: int, size: float) -> int:
+    """Lines a text of font `size` takes wrapped across `columns` 9-digit columns (an
+    estimate that errs long: a short row would cut the last line off)."""
+    per_line = max(1, int(columns * 9 * FONT_PT / size * 0.85))
+    wide = sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)  # CJK takes two widths
+    return max(1, -(-wide // per_line))
 
 
 def _paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = "") -> None:
     """Style every data cell like the first (one style record copied, not re-hashed)."""
     first = ws.cell(block.top, block.left)
-    first.fill = fill
+    first.fill, first.font, first.border = fill, TEXT_FONT, CELL_BORDER
     if number_format:
         first.number_format = number_format
     for i in range(block.rows):

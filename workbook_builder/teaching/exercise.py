@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from openpyxl.styles import Border, Font, PatternFill, Side
+from openpyxl.styles import Border, PatternFill, Side
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
@@ -28,7 +28,7 @@ from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
-from workbook_builder.sheet.layout import LABEL_FONT, NAME_FONT, SheetWriter
+from workbook_builder.sheet.layout import BOLD_FONT, LABEL_FONT, NAME_FONT, SheetWriter
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
 
 KEY_SHEET = "Key"
@@ -110,13 +110,13 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
     row = sheet.row
     write_text(ws, row, 1, "Exercise: replace the #N/A in each green cell with a number or a "
                     "formula; later steps use your entries (and show #N/A until then)."
-            ).font = Font(bold=True)
+            ).font = BOLD_FONT
     if key is None:
         return
     tol = _number(spec.tolerance)
     row += 1
     write_text(ws, row, 1, f"Self-check (a cell is correct within ±{spec.tolerance:g})").font = \
-        Font(bold=True)
+        BOLD_FONT
     write_text(ws, row + 1, 1, "✓ = row correct, ✗ = not yet").font = LABEL_FONT
     for j, header in enumerate(("step", "correct", "of"), start=1):
         write_text(ws, row + 2, j, header).font = LABEL_FONT

@@ -24,20 +24,21 @@ LANGS = ("en", "zh")
 
 Table = Mapping[str, Mapping[str, str]]  # lang -> {English: translation}
 
+def _legends() -> dict[str, str]:
+    base = ("yellow = input you may edit    blue = live formula    grey – = masked (holds 0)",
+            "黄色 = 可修改的输入    蓝色 = 实时公式    灰色 – = 已掩码（值为 0）")
+    hand = ("    purple = copy of an operand, beside its product",
+            "    紫色 = 运算数的副本，放在乘积旁边")
+    answer = ("    green = your answer", "    绿色 = 你的答案")
+    return {en + hand_en + answer_en: zh + hand_zh + answer_zh
+            for en, zh in (base,) for hand_en, hand_zh in (("", ""), hand)
+            for answer_en, answer_zh in (("", ""), answer)}
+
+
 SHARED: Table = {"zh": {
-    # layout legend and title furniture
-    "yellow = input you may edit    blue = live formula":
-        "黄色 = 可修改的输入    蓝色 = 实时公式",
-    "yellow = input you may edit    blue = live formula    green = your answer":
-        "黄色 = 可修改的输入    蓝色 = 实时公式    绿色 = 你的答案",
-    # the hand layout's legend (workbook_builder/sheet/hand_layout.py)
-    "yellow = input you may edit    blue = live formula    purple = copy of an operand, "
-    "beside its product": "黄色 = 可修改的输入    蓝色 = 实时公式    紫色 = 运算数的副本，放在"
-                          "乘积旁边",
-    "yellow = input you may edit    blue = live formula    purple = copy of an operand, "
-    "beside its product    green = your answer":
-        "黄色 = 可修改的输入    蓝色 = 实时公式    紫色 = 运算数的副本，放在乘积旁边    "
-        "绿色 = 你的答案",
+    # layout legend and title furniture: the layouts' legends (layout.py, hand_layout.py),
+    # each also with an exercise's answer colour
+    **_legends(),
     # shared bands (sheets/_bands.py)
     "Causal mask: a token may attend only to itself and earlier tokens. Masked entries are "
     "left out of the row max and sum below, so no −∞ is needed.":

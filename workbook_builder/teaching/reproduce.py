@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from openpyxl.styles import Font
+from openpyxl.formatting.rule import CellIsRule
+from openpyxl.styles import Alignment, Font, PatternFill
 
 from workbook_builder.book.files import check_writable, save_atomic
 from workbook_builder.book.workbook import build_workbook
@@ -17,10 +18,15 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT
+from workbook_builder.sheet.printing import FONT_NAME, PrintUnit, set_print_layout
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
 from workbook_builder.sheet.registry import get_kind
 
 AGREE_WITHIN = 0.0005  # printed to 3 decimals
+DIFFERS_FONT = Font(name=FONT_NAME, bold=True, color="9C0006")
+DIFFERS_FILL = PatternFill("solid", fgColor="FFC7CE", bgColor="FFC7CE")
+TUTORIAL_COLUMNS = 6
 
 
 @dataclass(frozen=True)
@@ -123,15 +129,20 @@ def _write_example(tutorial: Tutorial, example: Example, path: Path, force: bool
     inputs = {k: np.asarray(v, dtype=float) for k, v in example.inputs.items()}
     wb = build_workbook(kind, params, inputs, tutorial.tokens, "cells")
     ws = wb.create_sheet("Tutorial", 0)
-    write_text(ws, 1, 1, f"Printed by the tutorial vs computed live — {tutorial.source}"
-               ).font = Font(bold=True, size=13)
-    write_text(ws, 2, 1, "'agree' when they match at the tutorial's 3 decimals; 'DIFFERS' "
-                         "marks a printed number that its own formula does not give.")
+    lines = [(f"Printed by the tutorial vs computed live — {tutorial.source}",
+              Font(name=FONT_NAME, bold=True, size=13)),
+             ("'agree' when they match at the tutorial's 3 decimals; 'DIFFERS' marks a "
+              "printed number that its own formula does not give.", TEXT_FONT)]
     if example.note:
-        write_text(ws, 3, 1, example.note)
+        lines.append((example.note, TEXT_FONT))
+    for r, (text, font) in enumerate(lines, start=1):  # wrapped within the printed columns
+        cell = write_text(ws, r, 1, text)
+        cell.font, cell.alignment = font, Alignment(wrap_text=True, vertical="top")
+        ws.merge_cells(start_row=r, start_column=1, end_row=r, end_column=TUTORIAL_COLUMNS)
+        ws.row_dimensions[r].height = 2 * font.sz * 1.3 if len(text) > 70 else None
     headers = ["step", "query", "column", "printed", "live cell", "agree?"]
     for j, header in enumerate(headers, start=1):
-        write_text(ws, 5, j, header).font = Font(bold=True)
+        write_text(ws, 5, j, header).font = BOLD_FONT
     cells = []
     for r, (step, i, j, printed) in enumerate(_printed_cells(example), start=6):
         where = find_name(wb, step, path)
@@ -143,7 +154,16 @@ def _write_example(tutorial: Tutorial, example: Example, path: Path, force: bool
         ws.cell(r, 5, f"={live}").number_format = "0.0000"
         ws.cell(r, 6, f'=IF(ABS(E{r}-D{r})<={AGREE_WITHIN},"agree","DIFFERS")')
         cells.append((r, step, i, j, printed))
+    last = 5 + len(cells)
+    ws.conditional_formatting.add(f"F6:F{last}", CellIsRule(
+        operator="equal", formula=['"DIFFERS"'], font=DIFFERS_FONT, fill=DIFFERS_FILL))
     ws.column_dimensions["A"].width = 12
+    for col in "BCDEF":
+        ws.column_dimensions[col].width = 11
+    ws.print_title_rows = "5:5"  # the column headers on every page
+    set_print_layout(ws, [PrintUnit(1, 6, TUTORIAL_COLUMNS)] + [
+        PrintUnit(r, r, TUTORIAL_COLUMNS) for r in range(7, last + 1)],
+        f"attnsheets — {tutorial.source}")
     values = save_atomic(wb, path, force=force)  # the live cells' values, stored beside
     rows = []
     for r, step, i, j, printed in cells:

@@ -1,0 +1,286 @@
+"""The handouts as a student receives them: every demo workbook (and reproduce's) printed
+to PDF by LibreOffice, in English and in Chinese, then read back with pdftotext -bbox.
+
+Every page must have its smallest digit at 8 pt or more, at least 5 lines of content
+unless it is the last page, and no block may be split across pages. To find a block in
+the PDF, the test copy puts a unique marker in three of its cells (its name cell, the
+label of its last row and the label of its last column); the block is whole when the
+three markers print on one page.
+"""
+
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import openpyxl
+import pytest
+from conftest import build, once_per_run, requires_libreoffice
+
+from workbook_builder.book.files import handout_copy, write_workbook
+from workbook_builder.book.workbook import new_workbook
+from workbook_builder.checking.names import find_name
+from workbook_builder.demo import demo_plan
+from workbook_builder.engines.libreoffice import convert_many, has_chinese_font
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.printing import PrintUnit, plan_pages
+
+requires_pdftotext = pytest.mark.skipif(
+    shutil.which("pdftotext") is None, reason="pdftotext is missing (apt-get install "
+                                               "poppler-utils)")
+
+MIN_DIGIT_PT = 8.0
+MIN_LINES = 5
+A4_PT = {"landscape": (842, 595), "portrait": (595, 842)}
+NUMBER = re.compile(r"^[−\-+]?\d[\d.,]*(E[+\-]\d+)?%?$")
+WORD = re.compile(r'<word xMin="([^"]+)" yMin="([^"]+)" xMax="([^"]+)" yMax="([^"]+)">'
+                  r'([^<]*)</word>')
+PAGE = re.compile(r'<page width="([^"]+)" height="([^"]+)">(.*?)</page>', re.S)
+LANGS = ["en", "zh"] if has_chinese_font() else ["en"]
+CALIBRATION_PT = 10  # the calibration sheet's digits, printed at 100 %
+
+
+@dataclass(frozen=True)
+class Word:
+    page: int
+    top: float
+    bottom: float
+    text: str
+
+
+def words_of(pdf: Path) -> tuple[list[Word], list[float]]:
+    """Every word with its page, and each page's height."""
+    out = subprocess.run(["pdftotext", "-bbox", str(pdf), "-"], capture_output=True,
+                         text=True, check=True).stdout
+    words, heights = [], []
+    for number, page in enumerate(PAGE.finditer(out)):
+        heights.append(float(page.group(2)))
+        words += [Word(number, float(m.group(2)), float(m.group(4)), m.group(5))
+                  for m in WORD.finditer(page.group(3))]
+    return words, heights
+
+
+def marked_copy(book: Path, target: Path) -> dict[str, tuple[str, str, str]]:
+    """A copy whose every block on a printed sheet has markers in its name cell, last row
+    label and last column label; {block: (name marker, row marker, column marker)}, for
+    blocks small enough to fit a page at the sheet's scale (a larger one cannot help being
+    split)."""
+    wb = openpyxl.load_workbook(book)
+    marks = {}
+    for n, name in enumerate(sorted(wb.defined_names)):
+        if name.startswith("_xlnm"):
+            continue
+        where = find_name(wb, name, book)
+        ws = wb[where.sheet]
+        if ws.sheet_state != "visible" or ws.title == "About":
+            continue
+        if not fits_a_page(ws, where):
+            continue
+        marks[where.name] = (f"mk{n}a", f"mk{n}r", f"mk{n}c")
+        ws.cell(where.top - 4, where.left - 1).value = marks[where.name][0]
+        ws.cell(where.bottom, where.left - 1).value = marks[where.name][1]
+        ws.cell(where.top - 1, where.right).value = marks[where.name][2]
+    wb.save(target)
+    return marks
+
+
+def fits_a_page(ws, where) -> bool:
+    """Whether the block with its header fits inside the margins of one page, at the
+    sheet's orientation and scale."""
+    page_w, page_h = A4_PT[ws.page_setup.orientation or "portrait"]
+    scale = (ws.page_setup.scale or 100) / 100
+    margins = ws.page_margins
+    width = sum(((ws.column_dimensions[openpyxl.utils.get_column_letter(c)].width or 8.43)
+                 * 7 + 5) * 0.75 for c in range(where.left - 1, where.right + 1))
+    height = sum(ws.row_dimensions[r].height or 15 for r in range(where.top - 4,
+                                                                  where.bottom + 1))
+    return width * scale <= page_w - 72 * (margins.left + margins.right) and \
+        height * scale <= page_h - 72 * (margins.top + margins.bottom)
+
+
+@dataclass(frozen=True)
+class Handout:
+    name: str
+    pdf: Path
+    marked_pdf: Path
+    marks: dict
+
+
+def _calibration(folder: Path) -> Path:
+    """One cell of digits in the sheets' font at 10 pt, printed at 100 %: how tall
+    pdftotext draws a digit of a known size."""
+    wb = new_workbook()
+    wb.active["A1"] = 12345
+    wb.active.page_setup.scale = 100
+    path = folder / "calibration.xlsx"
+    wb.save(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def handouts(demo, tutorial, tmp_path_factory) -> tuple[list[Handout], float]:
+    def make(folder: Path) -> None:
+        books = [b for b in demo.books if b.stem.endswith("_cells")]  # blocks prints alike
+        for lang in LANGS[1:]:
+            for stem, kind, values, layout in demo_plan():
+                if layout == "cells":
+                    path = folder / f"{stem[:-len('.xlsx')]}_{lang}.xlsx"
+                    write_workbook(kind, make_params(kind, values), path, layout=layout,
+                                   lang=lang)
+                    books.append(path)
+        books += tutorial.books
+        inputs = []
+        for sub in ("plain", "marked", "pdf"):
+            (folder / sub).mkdir()
+        for book in books:  # as `pdf` prints them: the About sheet hidden
+            inputs.append(handout_copy(book, folder / "plain" / book.name))
+            marked = folder / "marked" / f"{book.stem}_marked.xlsx"
+            marks = marked_copy(book, marked)
+            inputs.append(handout_copy(marked, folder / f"{marked.name}"))
+            (folder / f"{book.stem}.marks").write_text(repr(marks))
+        inputs.append(_calibration(folder))
+        halves = [inputs[0::2], inputs[1::2]]  # two LibreOffice runs side by side
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda part: convert_many(part, "pdf", folder / "pdf"), halves))
+
+    folder = once_per_run(tmp_path_factory, "handouts", make)
+    found = []
+    for marks_file in sorted(folder.glob("*.marks")):
+        stem = marks_file.stem
+        found.append(Handout(stem, folder / "pdf" / f"{stem}.pdf",
+                             folder / "pdf" / f"{stem}_marked.pdf",
+                             eval(marks_file.read_text())))  # noqa: S307 (our own repr)
+    words, _ = words_of(folder / "pdf" / "calibration.pdf")
+    digit = next(w for w in words if w.text == "12345")
+    return found, (digit.bottom - digit.top) / CALIBRATION_PT
+
+
+@requires_libreoffice
+@requires_pdftotext
+def test_every_demo_workbook_is_rendered_in_each_language(handouts):
+    found, _ = handouts
+    stems = {h.name for h in found}
+    assert "attention_cells" in stems and "wo-ai-ai_attention" in stems
+    if "zh" in LANGS:
+        assert "multihead_cells_zh" in stems
+    assert len(found) == len([p for p in demo_plan() if p[3] == "cells"]) * len(LANGS) + 2
+
+
+def _each(handouts):
+    found, per_pt = handouts
+    return [(h, per_pt) for h in found]
+
+
+@requires_libreoffice
+@requires_pdftotext
+def test_every_printed_digit_is_8_pt_or_more(handouts):
+    small = []
+    for handout, per_pt in _each(handouts):
+        words, _ = words_of(handout.pdf)
+        digits = [w for w in words if NUMBER.match(w.text)]
+        assert digits, handout.name
+        for page in sorted({w.page for w in digits}):
+            size = min(w.bottom - w.top for w in digits if w.page == page) / per_pt
+            if size < MIN_DIGIT_PT - 0.05:
+                small.append(f"{handout.name} page {page + 1}: {size:.2f} pt")
+    assert not small, small
+
+
+@requires_libreoffice
+@requires_pdftotext
+def test_no_page_but_the_last_has_fewer_than_5_lines(handouts):
+    thin = []
+    for handout, _ in _each(handouts):
+        words, heights = words_of(handout.pdf)
+        margin = 0.6 * 72  # the header and footer sit outside the body
+        for page, height in enumerate(heights[:-1]):
+            lines = {round(w.top) for w in words if w.page == page
+                     and w.top > margin and w.bottom < height - margin}
+            if len(lines) < MIN_LINES:
+                thin.append(f"{handout.name} page {page + 1}: {len(lines)} lines")
+    assert not thin, thin
+
+
+@requires_libreoffice
+@requires_pdftotext
+def test_no_block_is_split_across_pages(handouts):
+    split, missing = [], []
+    for handout, _ in _each(handouts):
+        words, _ = words_of(handout.marked_pdf)
+        first = {}  # a chart placed later may repeat a label (its series' name)
+        for w in words:
+            first.setdefault(w.text, w.page)
+        assert handout.marks, handout.name
+        for block, markers in handout.marks.items():
+            seen = {first.get(m) for m in markers}
+            if None in seen:
+                missing.append(f"{handout.name} {block}")
+            elif len(seen) > 1:
+                split.append(f"{handout.name} {block}: pages {sorted(p + 1 for p in seen)}")
+    assert not missing, missing
+    assert not split, split
+
+
+@requires_libreoffice
+@requires_pdftotext
+def test_the_about_sheet_is_not_printed(handouts):
+    for handout, _ in _each(handouts):
+        words, _ = words_of(handout.pdf)
+        assert "generator" not in {w.text for w in words}, handout.name
+
+
+def test_differs_on_the_tutorial_sheet_is_red(tutorial):
+    ws = openpyxl.load_workbook(tutorial.books[0])["Tutorial"]
+    rules = [rule for cf in ws.conditional_formatting for rule in cf.rules
+             if rule.formula == ['"DIFFERS"']]
+    assert rules and rules[0].dxf.fill.fgColor.rgb.endswith("FFC7CE")
+
+
+def test_page_breaks_fall_only_between_units_and_digits_stay_legible(tmp_path):
+    """The plan for a sheet of many band lines: every row break sits between two units,
+    each page holds at most a page of rows, and the scale never goes under 89 %."""
+    ws = new_workbook().active
+    units, row = [], 1
+    for height in [9, 12, 7, 30, 9, 9, 9, 9, 14, 5]:  # rows of each band line
+        units.append(PrintUnit(row, row + height - 1, 17))
+        row += height + 1
+    for col in range(1, 18):
+        ws.column_dimensions[openpyxl.utils.get_column_letter(col)].width = 9
+    orientation, scale, rows, cols = plan_pages(ws, units)
+    assert orientation == "landscape" and scale >= 89 and not cols
+    assert rows and all(any(u.bottom == r for u in units) for r in rows)
+    body = (595 - 2 * 0.6 * 72) * 100 / scale
+    starts = [1, *(r + 1 for r in rows)]
+    ends = [*rows, units[-1].bottom]
+    assert all((end - start + 1) * 15 <= body for start, end in zip(starts, ends, strict=True))
+
+
+def test_a_narrow_tall_sheet_prints_portrait(tmp_path):
+    ws = new_workbook().active
+    orientation, *_ = plan_pages(ws, [PrintUnit(1, 120, 6)])
+    assert orientation == "portrait"
+
+
+def test_the_handout_copy_hides_only_the_about_sheet(tmp_path):
+    book = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
+    copy = handout_copy(book, tmp_path / "copy.xlsx")
+    wb = openpyxl.load_workbook(copy)
+    assert [ws.sheet_state for ws in wb.worksheets] == ["visible", "hidden"]
+    assert wb.sheetnames[-1] == "About"
+    assert openpyxl.load_workbook(book)["About"].sheet_state == "visible"  # file untouched
+
+
+def test_a_column_break_cuts_only_a_block_wider_than_a_page():
+    """A 60-column block must be cut; the 5-column block below it, which straddles where
+    the first page would end, moves whole to the next page instead."""
+    ws = new_workbook().active
+    for col in range(1, 62):
+        ws.column_dimensions[openpyxl.utils.get_column_letter(col)].width = 9
+    units = [PrintUnit(1, 10, 61), PrintUnit(12, 20, 20)]
+    wide, narrow = (1, 61), (15, 20)
+    _, _, _, cols = plan_pages(ws, units, [wide, narrow])
+    assert cols and all(not narrow[0] <= c < narrow[1] for c in cols)
+    _, _, _, unguarded = plan_pages(ws, units, [wide])
+    assert any(narrow[0] <= c < narrow[1] for c in unguarded)  # the case is a real one
