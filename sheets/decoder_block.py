@@ -29,7 +29,7 @@ from sheets.encoder_block import (
 )
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Dim, Input, Kind, MatMul, Rows, Step, section
-from workbook_builder.sheet.declare import Env, Formula, Section
+from workbook_builder.sheet.declare import Chart, Env, Formula, Section
 
 
 @dataclass(frozen=True)
@@ -142,10 +142,20 @@ def scoped_sections(sections: list[Section], sfx: str, source: str,
         return dataclasses.replace(s, name=s.name + sfx,
                                    formula=Scoped(s.formula, sfx, (("X", source),)))
 
+    def chart(c: Chart) -> Chart:
+        series = tuple(dataclasses.replace(s, block=s.block + sfx) for s in c.series)
+        return dataclasses.replace(c, title=c.title.replace(c.series[0].block,
+                                                            c.series[0].block + sfx),
+                                   series=series)
+
+    def item_of(item):
+        return step(item) if isinstance(item, Step) else \
+            chart(item) if isinstance(item, Chart) else item
+
     return [dataclasses.replace(
         sec, title=f"{title} — {sec.title}",
-        bands=tuple(tuple(step(item) if isinstance(item, Step) else item for item in band)
-                    for band in sec.bands)) for sec in sections]
+        bands=tuple(tuple(item_of(item) for item in band) for band in sec.bands))
+        for sec in sections]
 
 
 def layer_norm_band(ln: str, src: str, out: str, eps: float, weights: dict[str, Input]):

@@ -185,7 +185,7 @@ def rows_above(writer: SheetWriter, band) -> int:
     may come from a block of the same band)."""
     scratch = SheetPlan(writer.params, writer.label_sets)
     scratch.blocks = dict(writer.blocks)
-    scratch._band = [writer.row, writer.margin, writer.row]
+    scratch._band = [writer.row, writer.margin, writer.row, writer.row]
     most = 0
     for item in band:
         if isinstance(item, Step):
