@@ -14,6 +14,7 @@ from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.worksheet import Worksheet
 
 from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.constants import constant_block_at
 
 MIN_WIDTH = 9       # a 4-decimal number below 100, "-12.3456"
 PADDING = 2
@@ -67,8 +68,17 @@ def fit_columns(ws: Worksheet, blocks: Mapping[str, Block], labels: Mapping[str,
         block_values = np.atleast_2d(np.asarray(block_values, dtype=float))
         if block_values.shape != (block.rows, block.cols):
             continue
-        number_format = ws.cell(block.top, block.left).number_format
+        number_format = _number_format(ws, block)
         for j in range(block.cols):
             need(block.left + j, shown_chars(block_values[:, j], number_format))
     for col, width in widths.items():
         ws.column_dimensions[get_column_letter(col)].width = width
+
+
+def _number_format(ws: Worksheet, block: Block) -> str:
+    """The format of the block's first cell, read without making a cell in an array block
+    (a cell made there would turn the block back into cells)."""
+    array = constant_block_at(ws, block.top, block.left, block.bottom, block.right)
+    if array is not None:
+        return array.style.number_format
+    return ws.cell(block.top, block.left).number_format
