@@ -184,10 +184,10 @@ def state_charts(t: int):
     sums so far were rescaled."""
     running = Chart("m_j: each query row's running max after key block j",
                     tuple(Series(f"M_B{j}", 0) for j in range(1, t + 1)), kind="line",
-                    y_title="m", cols=8, rows=12)
+                    y_title="m", cols=7, rows=12)
     rescales = Chart("α_j = exp(m_{j−1} − m_j): below 1 where key block j raised the max",
                      tuple(Series(f"ALPHA_B{j}", 0) for j in range(2, t + 1)), kind="line",
-                     y_title="α", y_range=(0, 1), cols=8, rows=12)
+                     y_title="α", y_range=(0, 1), cols=7, rows=12)
     return section("The running state at a glance: m and α per query row and key block",
                    [running, *([rescales] if t > 1 else [])])
 

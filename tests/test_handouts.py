@@ -19,12 +19,11 @@ import openpyxl
 import pytest
 from conftest import build, once_per_run, requires_libreoffice
 
-from workbook_builder.book.files import handout_copy, write_workbook
+from workbook_builder.book.files import handout_copy
 from workbook_builder.book.workbook import new_workbook
 from workbook_builder.checking.names import find_name
-from workbook_builder.demo import demo_plan
+from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.engines.libreoffice import convert_many, has_chinese_font
-from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.printing import PrintUnit, plan_pages
 
 requires_pdftotext = pytest.mark.skipif(
@@ -124,11 +123,10 @@ def handouts(demo, tutorial, tmp_path_factory) -> tuple[list[Handout], float]:
     def make(folder: Path) -> None:
         books = [b for b in demo.books if b.stem.endswith("_cells")]  # blocks prints alike
         for lang in LANGS[1:]:
-            for stem, kind, values, layout in demo_plan():
+            for stem, kind, values, layout in demo_plan(with_model=False):  # as `demo`
                 if layout == "cells":
                     path = folder / f"{stem[:-len('.xlsx')]}_{lang}.xlsx"
-                    write_workbook(kind, make_params(kind, values), path, layout=layout,
-                                   lang=lang)
+                    write_demo(kind, values, path, layout, lang)
                     books.append(path)
         books += tutorial.books
         inputs = []
@@ -165,7 +163,8 @@ def test_every_demo_workbook_is_rendered_in_each_language(handouts):
     assert "attention_cells" in stems and "wo-ai-ai_attention" in stems
     if "zh" in LANGS:
         assert "multihead_cells_zh" in stems
-    assert len(found) == len([p for p in demo_plan() if p[3] == "cells"]) * len(LANGS) + 2
+    assert len(found) == len([p for p in demo_plan(with_model=False) if p[3] == "cells"]) \
+        * len(LANGS) + 2
 
 
 def _each(handouts):

@@ -18,6 +18,7 @@ from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.libreoffice import convert, read_values
+from workbook_builder.sheet.printing import MIN_SCALE
 
 ERROR_VALUE = re.compile(r"^(#(NAME\?|VALUE!|REF!|DIV/0!|NUM!|N/A|NULL!)|Err:\d+)")
 
@@ -137,10 +138,13 @@ def test_every_sheet_is_set_up_for_printing(tmp_path):
     wb = openpyxl.load_workbook(build(tmp_path, "attention", {"seq_len": 2, "d_model": 2,
                                                               "d_k": 2}))
     for ws in wb.worksheets:
-        assert ws.page_setup.orientation == "landscape"
-        assert ws.sheet_properties.pageSetUpPr.fitToPage and ws.page_setup.fitToWidth == 1
-        assert ws.print_options.gridLines and ws.print_options.headings
+        # a fixed scale (digits never printed under 8 pt), no gridlines: blocks have borders
+        assert not ws.sheet_properties.pageSetUpPr or not ws.sheet_properties.pageSetUpPr.fitToPage
+        assert not ws.print_options.gridLines and not ws.print_options.headings
         assert ws.title in ws.oddHeader.center.text
+    sheet = wb[wb.sheetnames[0]]
+    assert MIN_SCALE <= sheet.page_setup.scale <= 100
+    assert sheet.page_setup.orientation in ("portrait", "landscape") and sheet.print_area
 
 
 def test_without_libreoffice_the_engine_says_so_in_one_line(tmp_path):

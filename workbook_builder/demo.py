@@ -62,20 +62,24 @@ def demo_plan(with_model: bool = True) -> list[tuple[str, type[Kind], dict, str]
     return plan
 
 
+def write_demo(kind: type[Kind], values: dict, path: Path, layout: str, lang: str = "en"):
+    """Write one demo workbook: the kind's example when `values` names one
+    ({"example": NAME}), else the kind at these parameters with inputs from the seed."""
+    if "example" in values:
+        preset = kind.example(values["example"])
+        given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
+        return write_workbook(kind, make_params(kind, preset.params), path, given=given,
+                              tokens=preset.tokens, layout=layout, force=True,
+                              note=preset.note, lang=lang)
+    return write_workbook(kind, make_params(kind, values), path, layout=layout, force=True,
+                          lang=lang)
+
+
 def build_and_check(kind_name: str, values: dict, layout: str, path: Path) -> DemoResult:
     """Build one demo workbook (a kind's example when `values` names one) and check it
     from the values its build computed."""
     started = time.perf_counter()
-    kind = load_kinds()[kind_name]
-    if "example" in values:
-        preset = kind.example(values["example"])
-        given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
-        built = write_workbook(kind, make_params(kind, preset.params), path, given=given,
-                               tokens=preset.tokens, layout=layout, force=True,
-                               note=preset.note)
-    else:
-        built = write_workbook(kind, make_params(kind, values), path, layout=layout,
-                               force=True)
+    built = write_demo(load_kinds()[kind_name], values, path, layout)
     report = check_workbook(path, values=built.values, workbook=built.workbook)
     failed = [s.name for s in report.steps if not s.passed]
     return DemoResult(path, built.formula_cells, report.passed, len(report.steps),

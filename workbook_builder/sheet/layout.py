@@ -77,7 +77,9 @@ THIN = Side(style="thin", color="BFBFBF")
 CELL_BORDER = Border(left=THIN, right=THIN, top=THIN, bottom=THIN)  # printed in place of
 NUMBER_FORMAT = "0.0000"                                             # gridlines
 HEADER_ROWS = 4  # name, equation, explanation, column labels
-MAX_WIDTH = 17  # columns of a band line: one landscape A4 page at 90 %
+# columns of a band line: one landscape A4 page at 90 % holds 17 of the narrowest (9
+# characters); 15 leaves room for the columns `finish` widens to fit wider numbers
+MAX_WIDTH = 15
 # a chart is drawn with at most this many series of at most this many points each (8
 # queries over 16 keys); past that it would be a thicket, and the heatmap says more
 CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
