@@ -50,9 +50,26 @@ def shared_functions(model) -> dict[str, int]:
                          ids=[f"{k}-{i}" for k, i, _ in ALL_CASES])
 def test_compiled_once_per_form_equals_the_engines_per_cell_path(tmp_path, kind_name, index,
                                                                   case, layout):
-    shared = assert_same_values(build(tmp_path, kind_name, case, layout=layout))
-    if layout == "cells":
+    path = build(tmp_path, kind_name, case, layout=layout)
+    shared = assert_same_values(path)
+    if layout == "cells" and repeated_forms(path):  # a form held by two cells is compiled once
         assert shared_functions(shared)
+
+
+def repeated_forms(path) -> bool:
+    """Whether two formula cells of the workbook have one relative (R1C1) form."""
+    seen = set()
+    for ws in openpyxl.load_workbook(path).worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                if isinstance(cell.value, str) and cell.value.startswith("="):
+                    form = thirdparty.formula_form(cell.value, cell.row, cell.column)
+                    key = None if form is None else (ws.title, str(form[0]))
+                    if key in seen:
+                        return True
+                    if key is not None:
+                        seen.add(key)
+    return False
 
 
 @pytest.mark.parametrize("layout", ["cells", "blocks"])

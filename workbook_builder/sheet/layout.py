@@ -316,6 +316,9 @@ class SheetWriter:
         if not self.name_blocks:
             return
         write_text(self.ws, top, left, text_of(chart.title, self.params)).font = NAME_FONT
+        if chart.cols > 1:  # the title spans the chart (and the sheet's extent its slot)
+            self.ws.merge_cells(start_row=top, start_column=left, end_row=top,
+                                end_column=left + chart.cols - 1)
         drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
         drawn.x_axis.title = chart.x_title or None
         drawn.y_axis.title = chart.y_title or None
@@ -559,7 +562,7 @@ class SheetPlan(SheetWriter):
         if self._drawn_series(chart) is None:  # left out, as the writer leaves it
             return
         top, left = self._slot(chart.cols, chart.rows + 1)
-        self._grow(top, left)  # the title cell; the chart is a drawing over the cells
+        self._grow(top, left + chart.cols - 1)  # the title, merged across the chart's width
 
     def _reserve(self, name: str, rows: int, cols: int, above: int = 0,
                  before: int = 0) -> Block:
