@@ -16,6 +16,7 @@ b = rope_theta; positions p = 0 … n−1.
 import numpy as np
 
 from reference.softmax import causal_allowed, masked_softmax_steps
+from reference.ssm import silu
 
 
 def rms_norm_steps(r: np.ndarray, weight: np.ndarray, name: str,
@@ -40,12 +41,6 @@ def rotate_heads(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, d_k: int) -> n
         out[:, start:start + half] = a * cos - b * sin
         out[:, start + half:start + d_k] = b * cos + a * sin
     return out
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    """x·σ(x), written so exp never overflows: x/(1 + e^−x) for x ≥ 0, x·e^x/(1 + e^x) below."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, x / (1.0 + e), x * e / (1.0 + e))
 
 
 def llama_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:

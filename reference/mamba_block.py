@@ -21,13 +21,8 @@ Conv weights are k×E: row j (tap j) multiplies x_in k−1−j rows above (conv1
 
 import numpy as np
 
+from reference.llama_block import rms_norm_steps
 from reference.ssm import selective_scan_ref, silu
-
-
-def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(mean of squares per row, x/√(ms + eps)·weight)."""
-    ms = np.mean(x * x, axis=1, keepdims=True)
-    return ms, x / np.sqrt(ms + eps) * weight
 
 
 def causal_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -42,7 +37,8 @@ def mamba_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
     """Every block of the `mamba-block` sheet."""
     x = inputs["X"]
     e, r, n = params.d_inner, params.dt_rank, params.d_state
-    ms, normed = rms_norm(x, inputs["NORM_W"], params.ln_eps)
+    norm = rms_norm_steps(x, inputs["NORM_W"], "NORM", params.ln_eps)
+    ms, normed = norm["NORM_MS"], norm["NORM_OUT"]
     projected = normed @ inputs["W_IN"]                                   # in_proj
     x_in, z = projected[:, :e], projected[:, e:]
     conv = causal_conv(x_in, inputs["CONV_W"], inputs["CONV_B"])

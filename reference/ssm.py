@@ -29,9 +29,9 @@ def softplus(x: np.ndarray) -> np.ndarray:
 
 
 def silu(z: np.ndarray) -> np.ndarray:
-    """z·σ(z) = z / (1 + e⁻ᶻ)."""
-    with np.errstate(over="ignore"):
-        return z / (1.0 + np.exp(-z))
+    """z·σ(z), written so exp never overflows: z/(1 + e⁻ᶻ) for z ≥ 0, z·eᶻ/(1 + eᶻ) below."""
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, z / (1.0 + e), z * e / (1.0 + e))
 
 
 def selective_scan_ref(u: np.ndarray, delta: np.ndarray, A: np.ndarray, B: np.ndarray,

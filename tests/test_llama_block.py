@@ -230,7 +230,7 @@ def test_silu_takes_large_arguments_of_either_sign(tmp_path):
     """SiLU of ±800 (EXP(800) overflows a double): the sheet's IF picks the branch whose
     EXP has a non-positive argument, so both engines give x·σ(x), not an error. X = ones
     and no attention make RMS2_OUT ≈ 1, so GATE ≈ row 0 of W_GATE."""
-    from reference.llama_block import silu
+    from reference.ssm import silu
 
     big = [800.0, -800.0, 0.5, -0.5]
     zeros = np.zeros((4, 4))

@@ -18,13 +18,12 @@ from workbook_builder.models.families import Family
 from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.loader import (
     ModelInputs,
+    _existing_layer,
     _family,
-    _labels_of,
-    _layer_count,
+    _ids_and_labels,
     _prefix,
     _short,
     _tensor,
-    _tokenize,
     check_request,
 )
 
@@ -95,18 +94,14 @@ def kv_cache_inputs(kind_name: str, path: str | Path, *, layer: int = 0, prefix:
     if heads is None:
         raise UserError(f"{checkpoint.source}: no config.json gives the number of heads; "
                         f"pass --heads")
-    layers = _layer_count(checkpoint, family, base)
-    if layer >= layers:
-        raise UserError(f"{checkpoint.source}: no layer {layer} (it has layers 0 … "
-                        f"{layers - 1})")
+    _existing_layer(checkpoint, family, base, layer)
     tensors = _Layers(checkpoint, base, d)
     params = {"d_model": d, "heads": heads, "bias": True}
     inputs = tensors.attention(layer)
     where = f"GPT-2 layer {layer} attention of {Path(str(path)).name}"
     if text is None and token_ids is None:
         return ModelInputs(params, inputs, None, f"weights: {where}; X drawn from --seed")
-    ids, labels = (_tokenize(checkpoint, text) if text is not None
-                   else (list(token_ids), _labels_of(checkpoint, token_ids)))
+    ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     vocab, _ = checkpoint.shapes.get(base + "wte.weight", (0, d))
     positions = checkpoint.shapes.get(base + "wpe.weight", (0, d))[0]
     bad = [i for i in ids if not 0 <= i < vocab]

@@ -67,10 +67,7 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
         sizes.update(llama.config_sizes(checkpoint.config or {}, checkpoint.source))
     # flags given by hand win, in the layers before this one too
     sizes.update({k: v for k, v in (explicit or {}).items() if k in LAYER_FLAGS})
-    layers = _layer_count(checkpoint, family, base)
-    if layer >= layers:
-        raise UserError(f"{checkpoint.source}: no layer {layer} (it has layers 0 … "
-                        f"{layers - 1})")
+    _existing_layer(checkpoint, family, base, layer)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     kind = get_kind(kind_name)
     fields = {f.name for f in dataclasses.fields(kind.Params)}
@@ -99,6 +96,14 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                        f"weights: {where}; X: the hidden states entering layer {layer}, "
                        f"computed by the NumPy reference of {before} (numbers, not "
                        f"formulas), token ids {_short(ids)}")
+
+
+def _existing_layer(checkpoint: Checkpoint, family: Family, base: str, layer: int) -> None:
+    """Refuses a `layer` the checkpoint does not have."""
+    layers = _layer_count(checkpoint, family, base)
+    if layer >= layers:
+        raise UserError(f"{checkpoint.source}: no layer {layer} (it has layers 0 … "
+                        f"{layers - 1})")
 
 
 def _ids_and_labels(checkpoint: Checkpoint, text: str | None,

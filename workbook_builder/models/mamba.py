@@ -13,13 +13,12 @@ from workbook_builder.models.families import MAMBA
 from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.loader import (
     ModelInputs,
+    _existing_layer,
     _family,
-    _labels_of,
-    _layer_count,
+    _ids_and_labels,
     _layer_inputs,
     _prefix,
     _short,
-    _tokenize,
     check_request,
 )
 from workbook_builder.sheet.kind import make_params
@@ -48,16 +47,9 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     if config.get("hidden_act", "silu") != "silu":
         raise UserError(f"{checkpoint.source}: hidden_act {config['hidden_act']!r}; the "
                         f"mamba-block sheet computes silu")
-    layers = _layer_count(checkpoint, family, base)
-    if layer >= layers:
-        raise UserError(f"{checkpoint.source}: no layer {layer} (it has layers 0 … "
-                        f"{layers - 1})")
+    _existing_layer(checkpoint, family, base, layer)
     sizes = _sizes(checkpoint, base, config)
-    ids, labels = None, None
-    if text is not None:
-        ids, labels = _tokenize(checkpoint, text)
-    elif token_ids is not None:
-        ids, labels = list(token_ids), _labels_of(checkpoint, token_ids)
+    ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     if ids is not None:
         sizes["seq_len"] = len(ids)
     kind = get_kind(kind_name)
