@@ -21,7 +21,7 @@ def typed(values):
 
 def both_paths(path):
     """(compiled once per form, the engine's per-cell path): the models and their values."""
-    shared = FormulasModel(path, share_compiled=True)
+    shared = FormulasModel(path, share_compiled=True, direct=False)
     own = FormulasModel(path, share_compiled=False)
     return shared, own, typed(shared.evaluate()), typed(own.evaluate())
 
@@ -152,6 +152,6 @@ def test_outside_the_known_engine_versions_the_engines_own_path_is_taken(tmp_pat
                                                                        monkeypatch):
     path = build(tmp_path, "attention", ATTENTION)
     monkeypatch.setattr(thirdparty, "FORMULAS_VERSIONS", ("0.1", "0.2"))
-    assert not shared_functions(FormulasModel(path))
+    assert not shared_functions(FormulasModel(path, direct=False))
     monkeypatch.undo()
-    assert shared_functions(FormulasModel(path))
+    assert shared_functions(FormulasModel(path, direct=False))

@@ -1,12 +1,16 @@
-"""The calculation as a plain loop over the engine's compiled functions
-(`thirdparty.OrderedCalculation`, with each formula form compiled once) gives exactly what
-the engine's own loader and calculation give, `ExcelModel().loads(file).finish().calculate()`:
-same type, same value, Excel errors and text included, for every kind, layout and demo case,
-for awkward formulas and for files saved by LibreOffice. What the loop cannot reproduce
-(cycles, failing functions, another engine version) takes the engine's own calculation."""
+"""Both fast calculations give exactly what the engine's own loader and calculation give,
+`ExcelModel().loads(file).finish().calculate()`: same type, same value, Excel errors and
+text included, for every kind, layout and demo case, for awkward formulas and for files
+saved by LibreOffice. The direct calculation (`direct_calc.DirectCalculation`: each formula
+shape compiled once, the cells evaluated in dependency order from one grid per sheet, no
+graph) gives every value of the plain loop over the engine's graph
+(`thirdparty.OrderedCalculation`, each formula form compiled once), which it falls back to;
+what the loop cannot reproduce (cycles, failing functions, another engine version) takes
+the engine's own calculation."""
 
 import re
 
+import numpy as np
 import openpyxl
 import pytest
 from conftest import KINDS, build, cli, formulas_of, requires_libreoffice
@@ -14,7 +18,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 from test_compile_cache import awkward_workbook
 
-from workbook_builder.engines import thirdparty
+from workbook_builder.engines import direct_calc, thirdparty
 from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet.refs import parse_range
@@ -50,12 +54,21 @@ def formula_cells(path):
 def fast_model(path):
     model = FormulasModel(path)
     values = typed(model.evaluate())
+    assert model._direct is not None, "the direct calculation refused this workbook"
+    return model, values
+
+
+def graph_model(path):
+    model = FormulasModel(path, direct=False)
+    values = typed(model.evaluate())
     assert model._ordered_calc is not None, "the plain loop refused this workbook"
     return model, values
 
 
 def assert_same_as_the_engines_own(path):
     _, fast = fast_model(path)
+    _, graph = graph_model(path)
+    assert fast == graph  # every cell, and the same cells
     own = typed(engines_own_values(path))
     cells = set(formula_cells(path))
     assert cells and cells <= fast.keys() and cells <= own.keys()
@@ -164,7 +177,10 @@ def test_new_inputs_give_what_the_engine_gives(tmp_path):
     inputs = {(sheet, top, left): 7.5, (sheet, top + 1, left): -2.0}
     assert typed(fast.evaluate(inputs)) == typed(own.evaluate(inputs))
     assert typed(fast.evaluate(inputs)) != typed(fast.evaluate())
-    assert fast._ordered_calc is not None and own._ordered_calc is None
+    assert fast._direct is not None and own._direct is None and own._ordered_calc is None
+    graph = FormulasModel(path, direct=False)
+    assert typed(graph.evaluate(inputs)) == typed(own.evaluate(inputs))
+    assert graph._ordered_calc is not None
 
 
 def test_circular_references_take_the_engines_own_calculation(tmp_path):
@@ -192,7 +208,7 @@ def test_a_function_that_fails_takes_the_engines_own_calculation(tmp_path, monke
 
     monkeypatch.setattr(thirdparty._Plan, "run", failing_run)
     assert typed(model.evaluate()) == expected
-    assert calls
+    assert calls and model._direct is None and model._model is not None
 
 
 def test_outside_the_known_engine_versions_the_engines_own_calculation_is_taken(
@@ -203,8 +219,102 @@ def test_outside_the_known_engine_versions_the_engines_own_calculation_is_taken(
     monkeypatch.setattr(formulas_engine, "FORMULAS_VERSIONS", ("0.1", "0.2"))
     model = FormulasModel(path)
     model.evaluate()
-    assert model._ordered_calc is None
+    assert model._direct is None and model._ordered_calc is None
+    monkeypatch.setattr(thirdparty, "FORMULAS_VERSIONS", ("0.1", "0.2"))
+    with pytest.raises(thirdparty.CalculationRefused):
+        direct_calc.DirectCalculation({}, "book.xlsx")
     monkeypatch.undo()
     model = FormulasModel(path)
     model.evaluate()
+    assert model._direct is not None
+    model = FormulasModel(path, direct=False)
+    model.evaluate()
     assert model._ordered_calc is not None
+
+
+def test_formulas_the_direct_calculation_refuses_take_the_engines_path(tmp_path):
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    for row in range(1, 5):
+        ws.cell(row, 1, row * 1.5)
+        ws.cell(row, 3, f"=A{row}*2")
+    ws["B1"] = "=OFFSET(A1,1,0)*2"  # not a function of this engine: #NAME?
+    ws["B2"] = "=SUM(A1:A3)"
+    ws["D1"], ws["D2"] = "A3", "=INDIRECT(D1)+1"  # a reference made at run time
+    ws["D3"] = '=INDIRECT("A3")+1'  # made when compiling: a plain reference
+    wb.save(tmp_path / "refs.xlsx")
+    for refused in ("B1", "D2"):
+        wb = openpyxl.load_workbook(tmp_path / "refs.xlsx")
+        for other in {"B1", "D2"} - {refused}:
+            wb.active[other] = None
+        path = tmp_path / f"{refused}.xlsx"
+        wb.save(path)
+        model = FormulasModel(path)
+        assert model._direct is None and model._model is not None
+        values = typed(model.evaluate())
+        own = typed(engines_own_values(path))
+        assert all(values[c] == own[c] for c in formula_cells(path)), refused
+        assert values == typed(FormulasModel(path, direct=False).evaluate())
+        assert values[("SHEET", 2, 2)] == ("float", "9.0")
+        assert values[("SHEET", 4, 3)] == ("float", "12.0")  # A4 * 2
+    wb.active["D2"] = None  # without the two, the same file takes the direct path
+    wb.save(tmp_path / "plain.xlsx")
+    model, values = fast_model(tmp_path / "plain.xlsx")
+    assert values[("SHEET", 3, 4)] == ("float", "5.5")
+
+
+def test_formula_shapes_are_compiled_once_whatever_the_size(tmp_path):
+    """The SCORES cells of a head read their own pair of rows, a form per cell, one
+    shape; the number of compiled pipes does not grow with the sequence length."""
+    loops, forms = [], []
+    for seq_len in (3, 6):
+        path = build(tmp_path, "multihead", {"seq_len": seq_len, "d_model": 4, "heads": 2},
+                     name=f"heads{seq_len}.xlsx")
+        model, _ = fast_model(path)
+        loops.append(len(model._direct._loops))
+        forms.append(len({thirdparty.formula_form(text, *cell)[0]
+                          for text, cell in formula_texts(path) if text.startswith("=")}))
+    assert loops[0] == loops[1] and forms[0] < forms[1]
+    assert loops[1] < forms[1] / 2
+
+
+def formula_texts(path):
+    wb = openpyxl.load_workbook(path)
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                if isinstance(cell.value, str):
+                    yield cell.value, (cell.row, cell.column)
+
+
+@pytest.mark.parametrize("sheet,top,left,bottom,right", [
+    ("S", 1, 1, 1, 1), ("S", 9, 26, 9, 26), ("MY SHEET", 10, 27, 10, 27),
+    ("S", 3, 2, 7, 5), ("S", 1, 16384, 1, 16384), ("S", 1048576, 1, 1048576, 1),
+    ("S", 1, 1, 1048576, 16384), ("S", 5, 700, 1000, 702)])
+def test_range_descriptions_are_the_engines(sheet, top, left, bottom, right):
+    from formulas.ranges import Ranges
+
+    thirdparty.formulas_engine()
+    describe = direct_calc._RangeDicts("b.xlsx")
+    describe(sheet, 2, 2, 2 + (top != bottom), 2 + (left != right))  # the model of its kind
+    made = describe(sheet, top, left, bottom, right)
+    ref = thirdparty._column_letters(left) + str(top) + (
+        "" if (top, left) == (bottom, right) else
+        ":" + thirdparty._column_letters(right) + str(bottom))
+    parsed = Ranges().push(f"'[b.xlsx]{sheet}'!{ref}", raise_anchor=False).ranges[0]
+    assert made == parsed and list(made) == list(parsed)
+
+
+def test_empty_results_are_replaced_as_the_engine_replaces_them():
+    import schedula as sh
+    from formulas.functions import replace_empty
+
+    results = [np.array([[sh.EMPTY]], object), np.array([["empty"]], object),
+               np.array([[1.0, sh.EMPTY]], object), np.array([[1.5]]),
+               np.array([[np.float64(2)]], object), np.array([[True]], object),
+               np.array([["x"]]), np.array([["empty"]]), sh.EMPTY, 1.5, "empty"]
+    for result in results:
+        got, expected = direct_calc._replace_empty(result, replace_empty), \
+            replace_empty(result)
+        assert type(got) is type(expected)
+        assert repr(got) == repr(expected), result

@@ -23,10 +23,12 @@ from openpyxl.utils import column_index_from_string
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
+from workbook_builder.engines.direct_calc import DirectCalculation
 from workbook_builder.engines.thirdparty import (
     FORMULAS_VERSIONS,
     CalculationRefused,
     OrderedCalculation,
+    formulas_engine,
     load_workbook,
     model_from_dict,
     stored_cells,
@@ -255,11 +257,13 @@ class FormulasModel:
 
     def __init__(self, source: Path | Workbook, book: str | None = None,
                  bounded: bool = False, share_compiled: bool | None = None,
-                 ordered_calc: bool | None = None):
-        """`share_compiled`: compile each formula form once (`model_from_dict`);
-        `ordered_calc`: calculate with a plain loop over the compiled functions
-        (`thirdparty.OrderedCalculation`). None: within the engine versions they were
-        written for; False: the engine's own path."""
+                 ordered_calc: bool | None = None, direct: bool | None = None):
+        """`direct`: calculate straight from the cells, without the engine's graph
+        (`direct_calc.DirectCalculation`; None: unless one of the two below is False);
+        otherwise, or where it refuses, the engine's model: `share_compiled`: compile each
+        formula form once (`model_from_dict`); `ordered_calc`: calculate with a plain loop
+        over the compiled functions (`thirdparty.OrderedCalculation`). None: within the
+        engine versions they were written for; False: the engine's own path."""
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
         else:
@@ -272,10 +276,22 @@ class FormulasModel:
         self._sheet_titles = {name: title for title, name in self._engine_names.items()}
         # input blocks: one range node each; read back from the file, not from the engine
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
-        with _quiet_numpy(), _heap_frozen():
-            self._model = model_from_dict(entries, self._book, share_compiled)
-        self._ordered_calc = None
+        self._entries, self._share_compiled = entries, share_compiled
+        self._model = self._ordered_calc = self._direct = None
         self._use_ordered_calc = ordered_calc
+        if direct is None:
+            direct = share_compiled is not False and ordered_calc is not False and \
+                within(formulas_engine().__version__, *FORMULAS_VERSIONS)
+        with _quiet_numpy(), _heap_frozen():
+            if direct:
+                with contextlib.suppress(CalculationRefused):
+                    self._direct = DirectCalculation(entries, self._book)
+            if self._direct is None:
+                self._build_model()
+
+    def _build_model(self) -> None:
+        """The engine's model of the workbook, for what the direct calculation refuses."""
+        self._model = model_from_dict(self._entries, self._book, self._share_compiled)
 
     def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
         """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""
@@ -307,6 +323,12 @@ class FormulasModel:
     def _calculate(self, overrides: dict[str, Any]):
         """Every node's value: by the plain loop when it can reproduce the engine's own
         calculation of this model exactly, else by the engine."""
+        if self._direct is not None:
+            try:
+                return self._direct.calculate(overrides)
+            except CalculationRefused:
+                self._direct = None
+                self._build_model()
         if self._use_ordered_calc is None:
             import formulas
 

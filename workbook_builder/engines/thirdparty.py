@@ -219,9 +219,10 @@ _FORMULA_PART = re.compile(
 _CELL_PART = re.compile(r"(\$?)([A-Za-z]{1,3})(\$?)(\d+)")
 # what a formula's value may take from its own position (ROW() is folded into a constant
 # when compiled), or from references it builds (OFFSET, INDIRECT), an external book, whole
-# rows or columns, implicit intersection
-_POSITIONAL = re.compile(r"\b(ROW|COLUMN|OFFSET|INDIRECT|CELL|ADDRESS|INFO|FORMULATEXT|"
-                         r"ISFORMULA|SHEET|SHEETS|GETPIVOTDATA)\s*\(|[@\[{#]|"
+# rows or columns, implicit intersection (the lookahead, the names' first letters, only
+# spares the regex trying every name at every word)
+_POSITIONAL = re.compile(r"\b(?=[ACFGIORS])(ROW|COLUMN|OFFSET|INDIRECT|CELL|ADDRESS|INFO|"
+                         r"FORMULATEXT|ISFORMULA|SHEET|SHEETS|GETPIVOTDATA)\s*\(|[@\[{#]|"
                          r"\$?\b[A-Za-z]{1,3}:\$?[A-Za-z]{1,3}\b|\$?\b\d+:\$?\d+\b", re.I)
 
 
@@ -244,7 +245,7 @@ def formula_form(formula: str, row: int, col: int):
     """A formula's relative (R1C1) form, the same for every cell its text was filled down or
     across to, and its references in order: [(sheet text or "", ((row, col), …)), …].
     None when the formula may depend on its own position or is not understood."""
-    outside_strings = re.sub(r'"(?:[^"]|"")*"', '""', formula)
+    outside_strings = re.sub(r'"(?:[^"]|"")*"', '""', formula) if '"' in formula else formula
     if _POSITIONAL.search(outside_strings) or outside_strings.count('"') % 2:
         return None
     pieces, refs, last = [], [], 0

@@ -1,0 +1,547 @@
+"""A workbook's calculation straight from its cells, without the engine's graph.
+
+The `formulas` engine turns a workbook into a schedula dispatcher: a Cell object, a graph
+function and a data node for every formula cell, and a range assembler node for every range
+a formula reads. Building that graph costs more than the calculation itself, and once each
+formula form is compiled once (`thirdparty.model_from_dict`) it is most of a check. Here
+the graph is never built. Each formula form is parsed and compiled once by the engine (its
+compiled pipe, run as a plain loop by `thirdparty._FormulaLoop`); every formula cell keeps
+its own input boxes (sheet, rows, columns); the cells are ordered by their dependencies (a
+box depends on every formula cell inside it); the values live in one grid per sheet; and
+each input is handed to the compiled pipe exactly as the engine's own nodes would hand it
+(the same `Ranges`, holding the referenced node's value or the box assembled from the
+cells, empty cells as the engine's EMPTY).
+
+Anything the engine would treat in a way not reproduced here raises CalculationRefused, and
+the caller takes the engine's path (`thirdparty.model_from_dict`): references to other
+books or to whole rows and columns, spilled (#) ranges, a defined name that is not a plain
+range, a reference the engine cannot resolve, a function reading the dispatcher
+(INDIRECT), overlapping cells, circular references, a formula that raises. Written for the
+engine versions of FORMULAS_VERSIONS; tests/test_fast_calc.py shows both paths give
+identical values.
+"""
+
+import functools
+import re
+from typing import Any
+
+import numpy as np
+
+from workbook_builder.engines import thirdparty
+from workbook_builder.engines.thirdparty import (
+    CalculationRefused,
+    _column_letters,
+    _FormulaLoop,
+    _independent_of_position,
+    _sheet_name,
+    _template_keys,
+    formula_form,
+    formulas_engine,
+    within,
+)
+
+# "'[book.xlsx]SHEET'!C5:F9" (a cell or a range of a sheet) and "'[book.xlsx]'!NAME"
+_SHEET_KEY = re.compile(r"^'\[(?P<book>[^\]]*)\](?P<sheet>[^']+)'!"
+                        r"(?P<top>[A-Z]{1,3}\d+)(?::(?P<bottom>[A-Z]{1,3}\d+))?$")
+_NAME_KEY = re.compile(r"^'\[(?P<book>[^\]]*)\]'!\w+$")
+_CELL = re.compile(r"([A-Z]{1,3})(\d+)")
+# a sheet's grid holds every cell any formula or constant touches; beyond this many cells
+# the engine's sparse graph is the better store
+MOST_GRID_CELLS = 16_000_000
+
+_BOX, _NAME = 0, 1
+_PLAIN = (str, int, float, bool)  # values np.asarray([[value]], object) holds as they are
+
+
+_NUMBERS = frozenset({float, int, bool, np.float64, np.int64, np.bool_})
+
+
+def _replace_empty(value, replace_empty):
+    """The engine's `replace_empty` filter of a formula's result (EMPTY -> 0), without its
+    array comparison where nothing can be EMPTY (a token that compares equal to its text):
+    an array of numbers, or one number."""
+    if isinstance(value, np.ndarray) and (value.dtype.kind in "biuf" or (
+            value.size == 1 and type(value.flat[0]) in _NUMBERS)):
+        return value
+    return replace_empty(value)
+
+
+class _Value:
+    """A solution entry of a box or a constant: what `_solution_values` reads (`.value`, a
+    2-D object array), without building a `Ranges` for each."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+_letters = functools.lru_cache(maxsize=None)(_column_letters)
+
+
+def _corner(text: str) -> tuple[int, int]:
+    letters, digits = _CELL.fullmatch(text).groups()
+    col = 0
+    for ch in letters:
+        col = col * 26 + ord(ch) - 64
+    return int(digits), col
+
+
+class _RangeDicts:
+    """The engine's description of a cell or range (`Ranges.get_range`: rows as text,
+    columns as letters and numbers, its name, its sheet and book), made from a parsed one
+    of the same sheet and kind by putting in the new place: parsing costs ~20 µs a
+    reference, thousands a workbook. The first one made of each kind is compared with the
+    engine's own parse; the grid's last row and column, which the engine writes
+    differently, are always parsed."""
+
+    def __init__(self, book: str):
+        self._book = book
+        self._models: dict[tuple[str, bool], dict] = {}
+
+    def __call__(self, sheet: str, top: int, left: int, bottom: int, right: int) -> dict:
+        from formulas.ranges import Ranges
+        from formulas.tokens.operand import maxcol, maxrow
+
+        single = (top, left) == (bottom, right)
+        first, last = _letters(left), _letters(right)
+        ref = f"{first}{top}" if single else f"{first}{top}:{last}{bottom}"
+        key = f"'[{self._book}]{sheet}'!{ref}"
+        model = self._models.get((sheet, single))
+        if model is None or max(bottom, top) >= maxrow or max(left, right) >= maxcol:
+            parsed = Ranges().push(key, raise_anchor=False).ranges[0]
+            if model is None and bottom < maxrow and right < maxcol:
+                self._models[(sheet, single)] = parsed
+                if self._moved(parsed, top, left, bottom, right, first, last, ref,
+                               key) != parsed:
+                    raise CalculationRefused("the engine describes ranges otherwise")
+            return parsed
+        return self._moved(model, top, left, bottom, right, first, last, ref, key)
+
+    @staticmethod
+    def _moved(model, top, left, bottom, right, first, last, ref, key) -> dict:
+        moved = dict(model)
+        moved.update(r1=str(top), r2=str(bottom), c1=first, c2=last, n1=left, n2=right,
+                     ref=ref, name=key)
+        return moved
+
+
+def _shape_key(sheet: str, size: tuple, form: str, refs, places: list) -> tuple:
+    """What a formula's compiled pipe depends on: its text without the places of its
+    references (the size of each, whether it is a range, which of them are one cell),
+    the sheet and the size it fills. The engine's compiled pipe is the same for every
+    formula with the same key, up to the names of its inputs (the references, matched by
+    their place in the formula); anything that would read a reference's place when
+    compiling (ROW, COLUMN, OFFSET, ...) has no form (`formula_form`), and a reference
+    folded away when compiling (INDEX with constant arguments, ROWS, an intersection)
+    makes the template refuse to be shared (`_template_keys`)."""
+    parts = form.split("\0")
+    first_seen: dict = {}
+    geometry = []
+    for (_, corners), place in zip(refs, places, strict=True):
+        (top, left), (bottom, right) = corners[0], corners[-1]
+        same = first_seen.setdefault(place or object(), len(first_seen))
+        geometry.append((len(corners), bottom - top, right - left, same))
+    return sheet, size, tuple(parts[0::3]), tuple(parts[1::3]), tuple(geometry)
+
+
+class _Template:
+    """The first cell of a formula form, compiled, and what every other cell of the form
+    needs of it: its pipe (as a loop), its input names and which reference each one is."""
+
+    def __init__(self, loop: _FormulaLoop, inputs: dict, keys: list[str]):
+        self.loop, self.inputs, self.keys = loop, inputs, keys
+
+
+class DirectCalculation:
+    """The calculation of `ExcelModel.from_dict(entries)` (the entries of
+    `formulas_engine.model_dict`), planned once; `calculate` gives what the engine's
+    `calculate(inputs=…)` gives for every cell, or raises CalculationRefused."""
+
+    def __init__(self, entries: dict, book: str):
+        formulas = formulas_engine()
+        if not within(formulas.__version__, *thirdparty.FORMULAS_VERSIONS):
+            raise CalculationRefused("engine version")
+        import schedula as sh
+        from formulas.cell import Cell, Ref
+
+        self._book = book
+        self._sheets: dict[str, int] = {}  # the engine's sheet name -> its grid's index
+        self._sheet_names: list[str] = []
+        self._extent: list[list[int]] = []  # each sheet's rows, columns
+        self._constants: dict[str, tuple] = {}  # key -> (box, value)
+        formula_entries: list[tuple[str, tuple, str]] = []
+        names: dict[str, str | None] = {}  # a defined name's node -> its range's key
+        is_formula = Cell.parser.is_formula
+        for key, value in entries.items():
+            if isinstance(value, str) and value.upper() == "#EMPTY":
+                value = [[sh.EMPTY]]
+            match = _SHEET_KEY.match(key)
+            if match is None:
+                if not _NAME_KEY.match(key) or not key.startswith(f"'[{book}]'!"):
+                    raise CalculationRefused(f"the key {key!r}")
+                target = _SHEET_KEY.match(value[1:]) if isinstance(value, str) and \
+                    value.startswith("=") else None
+                plain = target is not None and target.group("book") == book
+                names[Ref(key, None).output] = value[1:] if plain else None
+                continue
+            if match.group("book") != book:
+                raise CalculationRefused(f"the key {key!r}")
+            box = self._box_of(match)
+            if isinstance(value, str) and is_formula(value):
+                formula_entries.append((key, box, value))
+            elif value is not None:
+                self._constants[key] = (box, value)
+        self._check_keys_are_the_engines(entries)
+        self._names: dict[str, tuple] = {}  # a name used by a formula -> how to get its value
+        self._name_targets = names
+        self._loops: dict[int, tuple] = {}
+        self._range_dicts = _RangeDicts(book)
+        self._ref_sheets: dict[str, str] = {}  # a formula's sheet text -> the sheet's name
+        self._place_specs: dict[tuple, tuple] = {}
+        forms: dict[tuple, _Template | None] = {}
+        self._formulas = [self._formula_step(key, box, text, forms)
+                          for key, box, text in formula_entries]
+        self._forms = sum(1 for form in forms.values() if form is not None)
+        self._order = self._dependency_order()
+        self._base = self._constant_grids()
+
+    # -- reading the entries ---------------------------------------------------------------
+
+    def _sheet(self, name: str) -> int:
+        if name not in self._sheets:
+            self._sheets[name] = len(self._sheets)
+            self._sheet_names.append(name)
+            self._extent.append([0, 0])
+        return self._sheets[name]
+
+    def _box_of(self, match: re.Match) -> tuple[int, int, int, int, int]:
+        """(sheet, first row, last row + 1, first column, last column + 1), 0-based."""
+        top, left = _corner(match.group("top"))
+        bottom, right = _corner(match.group("bottom")) if match.group("bottom") else (top, left)
+        if match.group("bottom") and (bottom, right) == (top, left) or \
+                bottom < top or right < left:
+            raise CalculationRefused("a range written unusually")
+        return self._boxed(match.group("sheet"), top, bottom, left, right)
+
+    def _boxed(self, sheet: str, top: int, bottom: int, left: int, right: int) -> tuple:
+        index = self._sheet(sheet)
+        extent = self._extent[index]
+        extent[0], extent[1] = max(extent[0], bottom), max(extent[1], right)
+        return index, top - 1, bottom, left - 1, right
+
+    def _check_keys_are_the_engines(self, entries: dict) -> None:
+        """Each key is the name the engine gives its node (checked on one key a sheet)."""
+        from formulas.ranges import Ranges
+
+        seen = set()
+        for key in entries:
+            match = _SHEET_KEY.match(key)
+            if match and match.group("sheet") not in seen:
+                seen.add(match.group("sheet"))
+                if Ranges().push(key).ranges[0]["name"] != key:
+                    raise CalculationRefused(f"the key {key!r}")
+
+    # -- compiling ---------------------------------------------------------------------------
+
+    def _formula_step(self, key: str, box: tuple, text: str, forms: dict) -> tuple:
+        """(loop, each pipe input's spec, output box, output range, output key) of one
+        formula node; its form's compiled pipe when the form was seen before."""
+        from formulas.cell import Cell
+
+        match = _SHEET_KEY.match(key)
+        sheet = match.group("sheet")
+        found = formula_form(text, box[1] + 1, box[3] + 1) if text.startswith("=") else None
+        form_key = None
+        if found is not None:
+            form, refs = found
+            places = self._places(sheet, refs)
+            form_key = _shape_key(sheet, (box[2] - box[1], box[4] - box[3]), form, refs,
+                                  places)
+            template = forms.get(form_key)
+            if template is not None:
+                inputs = self._shared_inputs(template, places)
+                if inputs is not None:
+                    return template.loop, inputs, box, self._output_range(box), key
+        try:
+            cell = Cell(key, text, replace_missing_ref=True).compile(
+                references=self._name_targets)
+        except Exception as error:  # the engine's own path says what is wrong
+            raise CalculationRefused(f"{type(error).__name__} compiling {key}") from error
+        func = cell.func
+        if func is None or func.parse_kwargs() != {}:
+            raise CalculationRefused(f"the formula of {key}")
+        loop = self._loop(func.func)
+        inputs = tuple(self._input_spec(k, r) for k, r in func.func.inputs.items())
+        if form_key is not None and form_key not in forms:
+            keys = _template_keys(func.func, self._book, sheet, found[1]) \
+                if _independent_of_position(func.func) else None
+            forms[form_key] = None if keys is None else \
+                _Template(loop, func.func.inputs, keys)
+        return loop, inputs, box, cell.range.ranges[0], key
+
+    def _loop(self, pipe) -> _FormulaLoop:
+        import schedula as sh
+
+        if not isinstance(pipe, sh.DispatchPipe):
+            raise CalculationRefused("a formula compiled to something else")
+        if id(pipe) not in self._loops:  # the pipe kept alive, so its id stays its own
+            self._loops[id(pipe)] = (pipe, _FormulaLoop(pipe))
+        return self._loops[id(pipe)][1]
+
+    def _places(self, sheet: str, refs) -> list[tuple | None]:
+        """Each reference's (sheet, top, left, bottom, right); None for one written
+        unusually (corners not top-left and bottom-right, one cell as a range)."""
+        places = []
+        for sheet_text, corners in refs:
+            (top, left), (bottom, right) = corners[0], corners[-1]
+            if min(top, left) < 1 or bottom < top or right < left or \
+                    len(corners) == 2 and (top, left) == (bottom, right):
+                places.append(None)
+                continue
+            if sheet_text not in self._ref_sheets:
+                self._ref_sheets[sheet_text] = _sheet_name(sheet_text).upper()
+            places.append((self._ref_sheets[sheet_text] if sheet_text else sheet,
+                           top, left, bottom, right))
+        return places
+
+    def _shared_inputs(self, template: _Template, places: list) -> tuple | None:
+        """The input specs of a cell of the template's form: the template's inputs, each
+        reference replaced by the cell's own (matched by its place in the formula). None
+        when the cell's references do not map one-to-one onto the template's."""
+        own: dict[str, tuple] = {}
+        for template_key, place in zip(template.keys, places, strict=True):
+            if place is None or own.setdefault(template_key, place) != place:
+                return None
+        if len(set(own.values())) != len(own):  # two template inputs onto one cell
+            return None
+        return tuple(self._input_spec(k, r) if k not in own else self._place_spec(own[k])
+                     for k, r in template.inputs.items())
+
+    def _place_spec(self, place: tuple) -> tuple:
+        """`_box_spec` of a reference's place (one for every cell reading the place, as
+        the engine's cells share one parsed range, `thirdparty._parsed_range`)."""
+        spec = self._place_specs.get(place)
+        if spec is None:
+            sheet, top, left, bottom, right = place
+            rng = self._range_dicts(sheet, top, left, bottom, right)
+            spec = self._place_specs[place] = \
+                _BOX, (rng,), self._boxed(sheet, top, bottom, left, right), rng["name"], rng
+        return spec
+
+    def _input_spec(self, key, ranges) -> tuple:
+        """How the engine feeds one input of a compiled formula (formulas.cell.Cell
+        `update_inputs` and `_args`): a defined name's value, or a box of cells."""
+        import schedula as sh
+
+        if not isinstance(key, str):  # the dispatcher itself: INDIRECT and the like
+            raise CalculationRefused("a formula reads the dispatcher")
+        if key in self._name_targets:
+            self._name_value_spec(key)
+            return _NAME, ranges, key
+        if ranges is sh.NONE or not hasattr(ranges, "ranges"):
+            raise CalculationRefused(f"the reference {key!r}")
+        return self._box_spec(ranges.ranges)
+
+    def _box_spec(self, ranges: tuple) -> tuple:
+        """(_BOX, the input's range descriptions, its box, its node's name, its range)."""
+        if len(ranges) != 1:
+            raise CalculationRefused("a union of ranges")
+        rng = ranges[0]
+        if rng.get("filename") != self._book or not rng.get("sheet") or rng.get("anchor"):
+            raise CalculationRefused(f"the reference {rng.get('name')!r}")
+        top, bottom, left, right = int(rng["r1"]), int(rng["r2"]), rng["n1"], rng["n2"]
+        if min(top, left) < 1 or bottom < top or right < left:
+            raise CalculationRefused(f"the reference {rng['name']!r}")
+        return _BOX, ranges, self._boxed(rng["sheet"], top, bottom, left, right), \
+            rng["name"], rng
+
+    def _name_value_spec(self, name: str) -> None:
+        """A defined name a formula reads: the engine's Ref node, compiled, fed its range."""
+        from formulas.cell import Ref
+
+        if name in self._names:
+            return
+        target = self._name_targets[name]
+        if target is None:
+            raise CalculationRefused(f"the defined name {name!r}")
+        ref = Ref(name, f"={target}").compile()
+        func = ref.func
+        if func is None or func.parse_kwargs() != {} or list(ref.inputs) != [target] or \
+                ref.inputs[target] != [target] or list(func.func.inputs) != [target]:
+            raise CalculationRefused(f"the defined name {name!r}")
+        self._names[name] = (self._loop(func.func),
+                             self._box_spec(func.func.inputs[target].ranges))
+
+    def _output_range(self, box: tuple) -> dict:
+        """The range of a node's cells, as the engine's Cell describes it."""
+        sheet, r0, r1, c0, c1 = box
+        return self._range_dicts(self._sheet_names[sheet], r0 + 1, c0 + 1, r1, c1)
+
+    # -- ordering ----------------------------------------------------------------------------
+
+    def _grid_shapes(self) -> list[tuple[int, int]]:
+        shapes = [(rows, cols) for rows, cols in self._extent]
+        if sum(rows * cols for rows, cols in shapes) > MOST_GRID_CELLS:
+            raise CalculationRefused("cells too far apart for a grid")
+        return shapes
+
+    def _dependency_order(self) -> list[int]:
+        """The formula nodes in an order where each comes after every formula node inside
+        the boxes it reads."""
+        owners = [np.full(shape, -1, np.int64) for shape in self._grid_shapes()]
+        for index, (_, _, (sheet, r0, r1, c0, c1), _, _) in enumerate(self._formulas):
+            block = owners[sheet][r0:r1, c0:c1]
+            if (block != -1).any():
+                raise CalculationRefused("two formulas fill one cell")
+            block[...] = index
+        for sheet, r0, r1, c0, c1 in (box for box, _ in self._constants.values()):
+            if (owners[sheet][r0:r1, c0:c1] != -1).any():
+                raise CalculationRefused("a formula fills a constant's cell")
+        found: dict[tuple, tuple[int, ...]] = {}
+
+        def inside(box) -> tuple[int, ...]:
+            if box not in found:
+                sheet, r0, r1, c0, c1 = box
+                block = owners[sheet][r0:r1, c0:c1]
+                found[box] = tuple(np.unique(block[block >= 0]).tolist()) \
+                    if block.size > 1 else ((int(block[0, 0]),) if block[0, 0] >= 0 else ())
+            return found[box]
+
+        count = len(self._formulas)
+        waiting = [0] * count
+        users: list[list[int]] = [[] for _ in range(count)]
+        for index, (_, inputs, _, _, _) in enumerate(self._formulas):
+            needs = set()
+            for spec in inputs:
+                box = spec[2] if spec[0] == _BOX else self._names[spec[2]][1][2]
+                needs.update(inside(box))
+            for need in needs:
+                users[need].append(index)
+            waiting[index] = len(needs)
+        order = [index for index in range(count) if not waiting[index]]
+        for index in order:  # grows while it is walked
+            for user in users[index]:
+                waiting[user] -= 1
+                if not waiting[user]:
+                    order.append(user)
+        if len(order) != count:
+            raise CalculationRefused("circular references")
+        return order
+
+    def _constant_grids(self) -> list[np.ndarray]:
+        """Each sheet's cells with the constants in place, EMPTY elsewhere."""
+        import schedula as sh
+
+        grids = []
+        for shape in self._grid_shapes():
+            grids.append(np.empty(shape, object))
+            grids[-1].fill(sh.EMPTY)  # np.full would store the token as a plain str
+        for key, (box, value) in self._constants.items():
+            self._place(grids, key, box, value)
+        return grids
+
+    def _place(self, grids: list, key: str, box: tuple, value) -> None:
+        """A constant's value into its cells, as its node holds it."""
+        sheet, r0, r1, c0, c1 = box
+        if r1 - r0 == c1 - c0 == 1:
+            if type(value) is list and len(value) == 1 and type(value[0]) is list and \
+                    len(value[0]) == 1:
+                value = value[0][0]  # a text cell, [[text]]
+            if type(value) in _PLAIN:
+                grids[sheet][r0, c0] = value  # what np.asarray([[value]], object) holds
+                return
+        grids[sheet][r0:r1, c0:c1] = self._constant_node(key, box, value).values[key][1]
+
+    def _constant_node(self, key: str, box: tuple, value):
+        """The engine's node value of a constant cell or block (Cell.add's format_output)."""
+        from formulas.ranges import Ranges
+
+        return Ranges().set_value(self._output_range(box), value)
+
+    # -- calculating -------------------------------------------------------------------------
+
+    def calculate(self, inputs: dict | None = None) -> dict:
+        """Every node's value, the constants of `inputs` (key -> value) replaced: formula
+        cells as the engine's nodes (`Ranges`), constants and the boxes formulas read as
+        `_Value`s."""
+        import schedula as sh
+        from formulas.functions import replace_empty
+        from formulas.ranges import Ranges
+
+        grids = [grid.copy() for grid in self._base]
+        constants = self._constants
+        if inputs:
+            constants = dict(constants)
+            for key, value in inputs.items():
+                if key not in constants:
+                    raise CalculationRefused(f"no constant node {key!r}")
+                box = constants[key][0]
+                constants[key] = (box, value)
+                self._place(grids, key, box, value)
+        nodes: dict[str, Any] = {}  # formula (and constant) nodes' values so far
+        names: dict[str, Any] = {}
+        boxes: dict[str, tuple] = {}  # every box a formula read
+
+        def node_value(key):
+            node = nodes.get(key)
+            if node is None and key in constants:
+                box, value = constants[key]
+                node = nodes[key] = self._constant_node(key, box, value)
+            return node
+
+        def argument(spec):
+            if spec[0] == _NAME:
+                return name_argument(spec)
+            _, ranges, box, key, rng = spec
+            node = node_value(key)
+            if node is not None:  # the node itself is the input
+                (held, array), = node.values.values()
+            else:  # the engine's range assembler: the box's cells, EMPTY where none
+                boxes[key] = box
+                sheet, r0, r1, c0, c1 = box
+                held, array = rng, grids[sheet][r0:r1, c0:c1].copy()
+            argument = Ranges(ranges, {key: (held, array)})
+            # its `.value`, which the engine cuts from `values` on first use: the whole
+            # array, the one range and its value covering the same cells
+            argument._value = array
+            return argument
+
+        def name_argument(spec):
+            _, ranges, name = spec
+            if name not in names:
+                loop, target = self._names[name]
+                names[name] = value = replace_empty(loop(argument(target)))
+                if value is sh.NONE:
+                    raise CalculationRefused("a defined name gave no value")
+            value = names[name]
+            if not hasattr(ranges, "ranges") or not hasattr(value, "values"):
+                return value  # as Cell._args: the name's value itself
+            return Ranges(ranges.ranges, dict(value.values))
+
+        formulas = self._formulas
+        none = sh.NONE
+        for index in self._order:
+            loop, specs, (sheet, r0, r1, c0, c1), rng, key = formulas[index]
+            try:
+                result = loop(*[argument(spec) for spec in specs])
+            except CalculationRefused:
+                raise
+            except Exception as error:  # the engine would skip this cell (or raise)
+                raise CalculationRefused(f"{type(error).__name__} in {key}") from error
+            result = _replace_empty(result, replace_empty)
+            if result is none:
+                raise CalculationRefused("a formula gave no value")
+            nodes[key] = node = Ranges().set_value(rng, result)
+            array = node.values[rng["name"]][1]
+            if array.dtype == object and r1 - r0 == c1 - c0 == 1:
+                grids[sheet][r0, c0] = array[0, 0]
+            else:  # numbers of another dtype become Python numbers, as in the engine
+                grids[sheet][r0:r1, c0:c1] = array
+        solution: dict[str, Any] = {}
+        for key, (sheet, r0, r1, c0, c1) in boxes.items():
+            solution[key] = _Value(grids[sheet][r0:r1, c0:c1])
+        for key, ((sheet, r0, r1, c0, c1), _) in constants.items():
+            solution[key] = _Value(grids[sheet][r0:r1, c0:c1])
+        solution.update(nodes)
+        return solution
