@@ -2,6 +2,7 @@
 next token, every step a formula.
 
     TOK_EMB_i = INDEX(WTE, t_i + 1, ·)      the token's row of the embedding table
+              = (one-hot of t_i)·WTE       as the `blocks` layout writes it
     EMBEDDED = TOK_EMB + WPE                 plus its position's row
     h_l = block_l(h_{l−1}), l = 1 … L        decoder-block's steps, names ending _L1 … _LL
     FINAL = LNF(h_L)                         the final LayerNorm
@@ -66,6 +67,14 @@ def _token_row(i: int, j: int, env) -> str:
     # TOK_EMB_ij = WTE[t_i, j]: INDEX counts from 1. It reads column j only, not the whole
     # table: the `formulas` engine turns every cell of INDEX's range into a reference first
     return f"=INDEX({env['WTE'].col(j)},{env['TOKEN_IDS'].cell(i, 0)}+1,1)"
+
+
+def _one_hot_times_table(env) -> str:
+    # TOK_EMB = ONE_HOT·WTE, ONE_HOT_iv = 1 where t_i is WTE's row label v (the ids): the
+    # lookup as one matrix product, which every engine evaluates as fast as any other
+    wte = env["WTE"]
+    return (f"=MMULT(IF({env['TOKEN_IDS'].whole()}=TRANSPOSE({wte.row_labels()}),1,0),"
+            f"{wte.whole()})")
 
 
 def _last_logits(env) -> str:
@@ -160,8 +169,9 @@ class Gpt(Kind):
             # TOK_EMB = WTE[ids];  EMBEDDED = TOK_EMB + WPE
             section("Step 2 — embeddings: each token's row of WTE plus its position's row "
                     "of WPE", WPE,
-                    [Step("TOK_EMB", "INDEX(WTE[:, j], id + 1, 1)",
-                          Custom("seq_len", "d_model", each=_token_row),
+                    [Step("TOK_EMB", "WTE[id, ·] = one-hot(id)·WTE",
+                          Custom("seq_len", "d_model", each=_token_row,
+                                 whole=_one_hot_times_table),
                           "Each token's row of the embedding table, looked up by its id.",
                           col_labels="d"),
                      Step("EMBEDDED", "TOK_EMB + WPE", Map("={T}+{P}", T="TOK_EMB", P="WPE"),

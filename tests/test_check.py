@@ -123,3 +123,30 @@ def test_extra_defined_names_that_look_like_cells_are_ignored(tmp_path):
     wb["Attention"]["A2"] = "=SUM(RESID1)"
     wb.save(path)
     assert check_workbook(path).passed
+
+
+def test_a_block_of_numbers_is_compared_as_cell_by_cell():
+    """The comparison of a block of plain numbers (one array operation) finds what the
+    cell-by-cell scan finds: the first cell of the largest error, a NaN error never the
+    worst, ints and np.float64 as numbers."""
+    from workbook_builder.checking.check import _scan_cells, compare_block
+    from workbook_builder.checking.names import NamedRange
+
+    where = NamedRange("STEP", "Sheet", 3, 2, 6, 5)
+    rng = np.random.default_rng(2)
+    for case in range(6):
+        expected = rng.normal(size=(4, 4))
+        got = expected + rng.choice([0.0, 1e-9, -2e-9, 2e-9], size=(4, 4))
+        got = [[np.float64(v) if (i + j) % 3 == 0 else float(v) for j, v in enumerate(row)]
+               for i, row in enumerate(got)]
+        if case == 1:
+            expected[0, 0] = np.nan
+        if case == 2:
+            expected[:] = np.nan
+        if case == 3:
+            got[1][2], expected[1, 2] = 7, 7.5
+        values = {("SHEET", 3 + i, 2 + j): got[i][j] for i in range(4) for j in range(4)}
+        result = compare_block(where, expected, values)
+        worst, cell, missing, bad = _scan_cells(where, expected, sum(got, []))
+        assert (result.max_abs_error, result.worst_cell, result.problem) == \
+            (worst if worst >= 0 else None, cell, bad) and missing == 0

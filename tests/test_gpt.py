@@ -9,6 +9,7 @@ import pytest
 from conftest import (
     cli,
     evaluated_blocks,
+    formulas_of,
     one_line_error,
     requires_libreoffice,
     requires_transformers,
@@ -19,6 +20,7 @@ from workbook_builder import api
 from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.refs import range_ref
 
 pytestmark = requires_transformers
 IDS = [5, 17, 3, 42, 8, 0]
@@ -65,6 +67,32 @@ def test_gpt_at_a_realistic_size(tmp_path):
     assert_close(got["LOGITS"], logits, "LOGITS")
     assert got["NEXT_TOKEN"][0, 0] == np.argmax(logits[-1])
     assert api.check(book).passed
+
+
+def test_blocks_look_up_the_embedding_as_one_hot_times_the_table(tmp_path):
+    """In `blocks`, TOK_EMB is one array formula, the one-hot rows of the ids times WTE (no
+    INDEX per cell), and gives each id's row of WTE exactly, for ids edited afterwards too."""
+    path = tmp_path / "gpt.xlsx"
+    api.build("gpt", path, vocab=9, seq_len=4, layout="blocks")
+    wb = openpyxl.load_workbook(path)
+    emb, ids, wte = (find_name(wb, name, path) for name in ("TOK_EMB", "TOKEN_IDS", "WTE"))
+    whole = {place: range_ref(place.top, place.left, place.bottom, place.right, True, True)
+             for place in (emb, ids, wte)}
+    labels = range_ref(wte.top, wte.left - 1, wte.bottom, wte.left - 1, True, True)
+    assert [(text, array) for place, text, array in formulas_of(path)
+            if place == f"{emb.sheet}!{whole[emb].replace('$', '')}" or "INDEX" in text] == [
+        (f"=MMULT(IF({whole[ids]}=TRANSPOSE({labels}),1,0),{whole[wte]})", True)]
+    table = np.array([[wb[wte.sheet].cell(wte.top + i, wte.left + j).value
+                       for j in range(wte.shape[1])] for i in range(wte.shape[0])])
+    edited = tmp_path / "edited.xlsx"
+    edit_token(path, edited, 2, 8)
+    for source in (path, edited):
+        token_ids = [int(openpyxl.load_workbook(source)[ids.sheet].cell(ids.top + i,
+                                                                         ids.left).value)
+                     for i in range(4)]
+        got = evaluated_blocks(source, evaluate_with_formulas(source), ["TOK_EMB"])
+        assert np.array_equal(got["TOK_EMB"], table[token_ids])
+    assert token_ids[2] == 8
 
 
 def edit_token(path, target, row: int, token: int) -> None:

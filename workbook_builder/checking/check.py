@@ -177,21 +177,19 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
     if where.shape != expected.shape:
         return StepResult(where.name, cells, None, "", tolerance, False,
                           f"block spans {where.shape} but the reference is {expected.shape}")
-    worst, worst_cell, missing, bad = -1.0, "", 0, ""
-    for i in range(expected.shape[0]):
-        for j in range(expected.shape[1]):
-            key = (where.sheet.upper(), where.top + i, where.left + j)
-            if key not in values:
-                missing += 1
-                continue
-            got = values[key]
-            if isinstance(got, bool) or not isinstance(got, int | float) or \
-                    not math.isfinite(got):
-                bad = bad or f"{where.address(i, j)} holds {got}"
-                continue
-            error = abs(float(got) - float(expected[i, j]))
-            if error > worst:
-                worst, worst_cell = error, where.address(i, j)
+    sheet, (rows, cols) = where.sheet.upper(), expected.shape
+    got = [values.get((sheet, where.top + i, where.left + j), _MISSING)
+           for i in range(rows) for j in range(cols)]
+    numbers = np.array(got, dtype=float) if set(map(type, got)) <= _PLAIN_NUMBERS else None
+    if numbers is not None and numbers.size and np.isfinite(numbers).all():  # all numbers
+        errors = np.abs(numbers - np.asarray(expected, dtype=float).ravel())
+        ranked = np.where(np.isnan(errors), -np.inf, errors)  # a NaN error is never worst
+        first = int(np.argmax(ranked))  # the first cell of the largest error
+        worst, worst_cell = (float(errors[first]), where.address(*divmod(first, cols))) \
+            if ranked[first] > -np.inf else (-1.0, "")
+        missing, bad = 0, ""
+    else:
+        worst, worst_cell, missing, bad = _scan_cells(where, expected, got)
     problem = bad
     typed = [] if wb is None else typed_values(wb, where, ranges)
     if typed:
@@ -203,6 +201,33 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
     passed = not problem and worst <= tolerance
     return StepResult(where.name, cells, worst if worst >= 0 else None, worst_cell, tolerance,
                       passed, problem)
+
+
+# a cell the engine gave no value; the types of a plain number (bool excluded)
+_MISSING = object()
+_PLAIN_NUMBERS = frozenset({float, int, np.float64})
+
+
+def _scan_cells(where: NamedRange, expected: np.ndarray, got: list
+                ) -> tuple[float, str, int, str]:
+    """compare_block cell by cell, for a block with missing or non-numeric cells: the
+    largest error (-1.0 without any number) and its cell, the missing cells, the first
+    cell that is not a finite number."""
+    worst, worst_cell, missing, bad = -1.0, "", 0, ""
+    cols = expected.shape[1]
+    for index, value in enumerate(got):
+        i, j = divmod(index, cols)
+        if value is _MISSING:
+            missing += 1
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                not math.isfinite(value):
+            bad = bad or f"{where.address(i, j)} holds {value}"
+            continue
+        error = abs(float(value) - float(expected[i, j]))
+        if error > worst:
+            worst, worst_cell = error, where.address(i, j)
+    return worst, worst_cell, missing, bad
 
 
 def array_ranges(ws) -> list[tuple[int, int, int, int]]:
@@ -240,7 +265,8 @@ def typed_values(wb: Workbook, where: NamedRange,
     for i in range(where.shape[0]):
         for j in range(where.shape[1]):
             row, col = where.top + i, where.left + j
-            if not holds_formula(ws.cell(row, col), arrays):
+            # an array formula's member first: ws.cell would make an object of it
+            if (row, col) not in arrays and not holds_formula(ws.cell(row, col), arrays):
                 typed.append(where.address(i, j))
     return typed
 

@@ -188,7 +188,8 @@ def _register_array_erf(formulas) -> None:
 
 def formulas_engine(shortcuts: bool | None = None):
     """The `formulas` module, quiet (no progress bar) and, within the known versions, with
-    the fast range assembly in place."""
+    the fast range assembly and the fast functions on plain numbers (fast_functions) in
+    place."""
     import formulas
     import formulas.excel
     from formulas.cell import RangesAssembler
@@ -207,6 +208,9 @@ def formulas_engine(shortcuts: bool | None = None):
         RangesAssembler._original_push = RangesAssembler.push
     RangesAssembler.push = _push_smaller_side if use else RangesAssembler._original_push
     _register_array_erf(formulas)
+    from workbook_builder.engines import fast_functions
+
+    fast_functions.install(formulas, known and use)
     return formulas
 
 
