@@ -70,8 +70,8 @@ def _token_row(i: int, j: int, env) -> str:
 
 
 def _one_hot_times_table(env) -> str:
-    # TOK_EMB = ONE_HOT·WTE, ONE_HOT_iv = 1 where t_i is WTE's row label v (the ids): the
-    # lookup as one matrix product, which every engine evaluates as fast as any other
+    # TOK_EMB = [t = v]·WTE: the one-hot rows, 1 where t_i is WTE's row label v (the ids),
+    # times the table; the lookup as one matrix product, as fast as any other in every engine
     wte = env["WTE"]
     return (f"=MMULT(IF({env['TOKEN_IDS'].whole()}=TRANSPOSE({wte.row_labels()}),1,0),"
             f"{wte.whole()})")
@@ -169,7 +169,7 @@ class Gpt(Kind):
             # TOK_EMB = WTE[ids];  EMBEDDED = TOK_EMB + WPE
             section("Step 2 — embeddings: each token's row of WTE plus its position's row "
                     "of WPE", WPE,
-                    [Step("TOK_EMB", "WTE[id, ·] = one-hot(id)·WTE",
+                    [Step("TOK_EMB", "WTE[id, ·] = [id = v]·WTE",
                           Custom("seq_len", "d_model", each=_token_row,
                                  whole=_one_hot_times_table),
                           "Each token's row of the embedding table, looked up by its id.",
