@@ -96,19 +96,21 @@ class _RangeDicts:
     differently, are always parsed."""
 
     def __init__(self, book: str):
-        self._book = book
+        from formulas.tokens.operand import maxcol, maxrow
+
+        self._book, self._last = book, (maxrow, maxcol)
         self._models: dict[tuple[str, bool], dict] = {}
 
     def __call__(self, sheet: str, top: int, left: int, bottom: int, right: int) -> dict:
-        from formulas.ranges import Ranges
-        from formulas.tokens.operand import maxcol, maxrow
-
+        maxrow, maxcol = self._last
         single = (top, left) == (bottom, right)
         first, last = _letters(left), _letters(right)
         ref = f"{first}{top}" if single else f"{first}{top}:{last}{bottom}"
         key = f"'[{self._book}]{sheet}'!{ref}"
         model = self._models.get((sheet, single))
         if model is None or max(bottom, top) >= maxrow or max(left, right) >= maxcol:
+            from formulas.ranges import Ranges
+
             parsed = Ranges().push(key, raise_anchor=False).ranges[0]
             if model is None and bottom < maxrow and right < maxcol:
                 self._models[(sheet, single)] = parsed
@@ -128,21 +130,21 @@ class _RangeDicts:
 
 def _shape_key(sheet: str, size: tuple, form: str, refs, places: list) -> tuple:
     """What a formula's compiled pipe depends on: its text without the places of its
-    references (the size of each, whether it is a range, which of them are one cell),
+    references (`form`, formula_form's without them; the size of each reference, whether
+    it is a range, which of them are one cell),
     the sheet and the size it fills. The engine's compiled pipe is the same for every
     formula with the same key, up to the names of its inputs (the references, matched by
     their place in the formula); anything that would read a reference's place when
     compiling (ROW, COLUMN, OFFSET, ...) has no form (`formula_form`), and a reference
     folded away when compiling (INDEX with constant arguments, ROWS, an intersection)
     makes the template refuse to be shared (`_template_keys`)."""
-    parts = form.split("\0")
     first_seen: dict = {}
     geometry = []
     for (_, corners), place in zip(refs, places, strict=True):
         (top, left), (bottom, right) = corners[0], corners[-1]
         same = first_seen.setdefault(place or object(), len(first_seen))
         geometry.append((len(corners), bottom - top, right - left, same))
-    return sheet, size, tuple(parts[0::3]), tuple(parts[1::3]), tuple(geometry)
+    return sheet, size, form, tuple(geometry)
 
 
 class _Template:
@@ -249,9 +251,9 @@ class DirectCalculation:
         formula node; its form's compiled pipe when the form was seen before."""
         from formulas.cell import Cell
 
-        match = _SHEET_KEY.match(key)
-        sheet = match.group("sheet")
-        found = formula_form(text, box[1] + 1, box[3] + 1) if text.startswith("=") else None
+        sheet = self._sheet_names[box[0]]
+        found = formula_form(text, box[1] + 1, box[3] + 1, relative=False) \
+            if text.startswith("=") else None
         form_key = None
         if found is not None:
             form, refs = found
@@ -396,16 +398,24 @@ class DirectCalculation:
                 raise CalculationRefused("two formulas fill one cell")
             block[...] = index
         for sheet, r0, r1, c0, c1 in (box for box, _ in self._constants.values()):
-            if (owners[sheet][r0:r1, c0:c1] != -1).any():
-                raise CalculationRefused("a formula fills a constant's cell")
+            block = owners[sheet][r0:r1, c0:c1]
+            if (block != -1).any():
+                raise CalculationRefused("two nodes hold one cell")
+            block[...] = -2
         found: dict[tuple, tuple[int, ...]] = {}
+        # the boxes holding a cell of no node: only their solution entries give those
+        # cells' (empty) values; the others' cells all come with their nodes
+        self._open_boxes: set[str] = set()
 
-        def inside(box) -> tuple[int, ...]:
+        def inside(spec) -> tuple[int, ...]:
+            box = spec[2]
             if box not in found:
                 sheet, r0, r1, c0, c1 = box
                 block = owners[sheet][r0:r1, c0:c1]
                 found[box] = tuple(np.unique(block[block >= 0]).tolist()) \
                     if block.size > 1 else ((int(block[0, 0]),) if block[0, 0] >= 0 else ())
+                if (block == -1).any():
+                    self._open_boxes.add(spec[3])
             return found[box]
 
         count = len(self._formulas)
@@ -414,8 +424,7 @@ class DirectCalculation:
         for index, (_, inputs, _, _, _) in enumerate(self._formulas):
             needs = set()
             for spec in inputs:
-                box = spec[2] if spec[0] == _BOX else self._names[spec[2]][1][2]
-                needs.update(inside(box))
+                needs.update(inside(spec if spec[0] == _BOX else self._names[spec[2]][1]))
             for need in needs:
                 users[need].append(index)
             waiting[index] = len(needs)
@@ -481,7 +490,8 @@ class DirectCalculation:
                 self._place(grids, key, box, value)
         nodes: dict[str, Any] = {}  # formula (and constant) nodes' values so far
         names: dict[str, Any] = {}
-        boxes: dict[str, tuple] = {}  # every box a formula read
+        boxes: dict[str, tuple] = {}  # the boxes formulas read that hold empty cells
+        open_boxes = self._open_boxes
 
         def node_value(key):
             node = nodes.get(key)
@@ -498,7 +508,8 @@ class DirectCalculation:
             if node is not None:  # the node itself is the input
                 (held, array), = node.values.values()
             else:  # the engine's range assembler: the box's cells, EMPTY where none
-                boxes[key] = box
+                if key in open_boxes:
+                    boxes[key] = box
                 sheet, r0, r1, c0, c1 = box
                 held, array = rng, grids[sheet][r0:r1, c0:c1].copy()
             argument = Ranges(ranges, {key: (held, array)})

@@ -245,10 +245,11 @@ def _column_letters(number: int) -> str:
     return letters
 
 
-def formula_form(formula: str, row: int, col: int):
+def formula_form(formula: str, row: int, col: int, relative: bool = True):
     """A formula's relative (R1C1) form, the same for every cell its text was filled down or
     across to, and its references in order: [(sheet text or "", ((row, col), …)), …].
-    None when the formula may depend on its own position or is not understood."""
+    None when the formula may depend on its own position or is not understood. Without
+    `relative`, the form leaves out where its references are (they are all "")."""
     outside_strings = re.sub(r'"(?:[^"]|"")*"', '""', formula) if '"' in formula else formula
     if _POSITIONAL.search(outside_strings) or outside_strings.count('"') % 2:
         return None
@@ -256,14 +257,15 @@ def formula_form(formula: str, row: int, col: int):
     for match in _FORMULA_PART.finditer(formula):
         if match.group("string") is not None:
             continue
-        corners, relative = [], []
+        corners, places = [], []
         for dollar_col, letters, dollar_row, digits in _CELL_PART.findall(match.group("ref")):
             r, c = int(digits), _column_number(letters)
             corners.append((r, c))
-            relative.append((f"R{r}" if dollar_row else f"R[{r - row}]") +
-                            (f"C{c}" if dollar_col else f"C[{c - col}]"))
+            if relative:
+                places.append((f"R{r}" if dollar_row else f"R[{r - row}]") +
+                              (f"C{c}" if dollar_col else f"C[{c - col}]"))
         sheet = match.group("sheet") or ""
-        pieces += [formula[last:match.start()], sheet.upper(), ":".join(relative)]
+        pieces += [formula[last:match.start()], sheet.upper(), ":".join(places)]
         refs.append((sheet, tuple(corners)))
         last = match.end()
     pieces.append(formula[last:])
