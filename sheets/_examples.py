@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from workbook_builder.demo import MINILM_PIP, SEED_SENTENCE, minilm_zip
-from workbook_builder.models.loader import model_inputs
 from workbook_builder.sheet import Example
-from workbook_builder.teaching.reproduce import TUTORIALS
+
+# the demo, the checkpoint loader and the tutorials are imported when an example is made:
+# a kind's module is imported by every command on its workbooks
 
 # X: four tokens of three features; Q·Kᵀ (before ÷√2) has one large score per row, on a
 # different key each time, so every row of WEIGHTS has its maximum ≥ 0.6:
@@ -34,7 +34,6 @@ HAND_MULTIHEAD = {
     "W_O": [[1, 0], [0, 1]],
 }
 
-SENTENCE = SEED_SENTENCE
 # the words, without the full stop, when no model tokenises them
 SENTENCE_WORDS = ["The", "animal", "didn't", "cross", "the", "street", "because", "it",
                   "was", "too", "tired"]
@@ -49,9 +48,16 @@ STAND_IN = {
     "W_K": [[2, 0], [0, 2], [0, 0]],
     "W_V": [[1, 0], [0, 1], [0, 0]],
 }
-STAND_IN_NOTE = (f"example sentence: all-MiniLM-L6-v2 is not installed (pip install "
-                 f"{MINILM_PIP}), so 3-number hand-made embeddings (animate, place, other) "
-                 f"stand in for a model's")
+STAND_IN_NOTE = ("example sentence: all-MiniLM-L6-v2 is not installed (pip install "
+                 "{pip}), so 3-number hand-made embeddings (animate, place, other) "
+                 "stand in for a model's")
+
+
+def minilm_zip():
+    """The MiniLM package's model.zip, or None when it is not installed (the demo's)."""
+    from workbook_builder.demo import minilm_zip as installed_zip
+
+    return installed_zip()
 
 
 def hand_qkv(**params) -> Callable[[], Example]:
@@ -68,10 +74,13 @@ def sentence_qkv(bias: bool, **params) -> Callable[[], Example]:
     """One head of all-MiniLM-L6-v2's layer 0 on the sentence when its package is
     installed (`bias`: with the head's bias rows), else the stated stand-in."""
     def make() -> Example:
+        from workbook_builder.demo import MINILM_PIP
+
         zipped = minilm_zip()
         if zipped is None:
             return Example({"seq_len": len(SENTENCE_WORDS), "d_model": 3, "d_k": 2, **params},
-                           dict(STAND_IN), list(SENTENCE_WORDS), STAND_IN_NOTE)
+                           dict(STAND_IN), list(SENTENCE_WORDS),
+                           STAND_IN_NOTE.format(pip=MINILM_PIP))
         return minilm_head(zipped, bias, params)
     return make
 
@@ -79,7 +88,10 @@ def sentence_qkv(bias: bool, **params) -> Callable[[], Example]:
 def minilm_head(zipped, bias: bool, params: dict) -> Example:
     """The head of layer 0 whose row for "it" weighs "animal" most, as Q/K/V weights of a
     single head (columns h·d_k … (h+1)·d_k − 1 of the layer's projections)."""
-    model = model_inputs("multihead", zipped, layer=0, text=SENTENCE)
+    from workbook_builder.demo import SEED_SENTENCE
+    from workbook_builder.models.loader import model_inputs
+
+    model = model_inputs("multihead", zipped, layer=0, text=SEED_SENTENCE)
     x, heads = model.inputs["X"], model.params["heads"]
     d_k = x.shape[1] // heads
     it, animal = model.labels.index("it"), model.labels.index("animal")
@@ -110,6 +122,8 @@ def wo_ai_ai(kind: str, **params) -> Callable[[], Example]:
     """The tutorial's 我/爱/AI example of `kind` (`reproduce wo-ai-ai` holds its numbers;
     a kind with attention's inputs reuses attention's)."""
     def make() -> Example:
+        from workbook_builder.teaching.reproduce import TUTORIALS
+
         tutorial = TUTORIALS["wo-ai-ai"]
         example = next(e for e in tutorial.examples if e.kind == kind)
         return Example({**example.params, **params}, dict(example.inputs),

@@ -12,7 +12,9 @@ import numpy as np
 import openpyxl
 import pytest
 from conftest import ALL_CASES, KINDS, requires_gnumeric, requires_libreoffice
+from openpyxl.comments import Comment
 from openpyxl.styles import Font
+from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder import api
 from workbook_builder.book import sheet_xml
@@ -23,9 +25,14 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.engines.gnumeric import ssconvert_path
 from workbook_builder.engines.libreoffice import convert
-from workbook_builder.sheet.constants import blocks_with_cells, constant_blocks
+from workbook_builder.sheet.constants import (
+    ConstantBlock,
+    blocks_with_cells,
+    constant_blocks,
+    positions_inside,
+)
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.refs import cell_ref
+from workbook_builder.sheet.refs import cell_ref, parse_range
 
 FIRST_CASES = {name: case for name, i, case in ALL_CASES if i == 0}
 
@@ -230,3 +237,55 @@ def test_a_print_area_over_the_blocks_leaves_them_read_as_arrays(tmp_path, monke
     assert arrays == len(KINDS["multihead"].input_shapes(
         make_params(KINDS["multihead"], FIRST_CASES["multihead"])))
     assert _same_typed(fast, general) == []
+
+
+def _cells_in_array_ranges(wb) -> list[str]:
+    """The cells a loaded workbook holds inside its array formulas' ranges, besides each
+    formula's own first cell."""
+    found = []
+    for ws in wb.worksheets:
+        ranges = [parse_range(c.value.ref) for c in ws._cells.values()
+                  if isinstance(c.value, ArrayFormula)]
+        found += [f"{ws.title}!{c.coordinate}" for c in ws._cells.values()
+                  if any(top <= c.row <= bottom and left <= c.column <= right and
+                         (c.row, c.column) != (top, left)
+                         for top, left, bottom, right in ranges)]
+    return found
+
+
+def test_check_reads_a_blocks_workbook_without_its_array_formulas_stored_results(tmp_path):
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", None, "m.xlsx")
+    assert _cells_in_array_ranges(openpyxl.load_workbook(path)) != []  # the build stored them
+    read = open_workbook(path, array_blocks=True)  # as `check` reads it
+    assert any(isinstance(c.value, ArrayFormula) for c in read["Multihead"]._cells.values())
+    assert _cells_in_array_ranges(read) == []
+    assert _same_typed(FormulasModel(read, path.name).evaluate(),
+                       FormulasModel(open_workbook(path), path.name).evaluate()) == []
+    assert check_workbook(path).passed
+
+
+def test_an_array_range_row_holding_more_than_stored_values_is_read_by_openpyxl(tmp_path):
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", None, "m.xlsx")
+    wb = openpyxl.load_workbook(path)
+    master = next(c for c in wb["Multihead"]._cells.values() if isinstance(c.value, ArrayFormula))
+    top, left, bottom, right = parse_range(master.value.ref)
+    assert bottom > top and right > left
+    wb["Multihead"].cell(bottom, right).comment = Comment("a note", "teacher")
+    wb["Multihead"].cell(bottom, right).value = "=1+1"  # no longer a stored result
+    wb.save(path)
+    read = open_workbook(path, array_blocks=True)
+    assert read["Multihead"].cell(bottom, right).value == "=1+1"
+    kept = {c for c in _cells_in_array_ranges(read) if c.startswith("Multihead!")}
+    assert f"Multihead!{read['Multihead'].cell(bottom, right).coordinate}" in kept
+    assert len(kept) == right - left + 1  # the row it is in, no other
+
+
+def test_positions_inside_blocks_are_the_positions_each_block_holds():
+    rng = np.random.default_rng(0)
+    blocks = [ConstantBlock(int(top), int(left), np.zeros((int(h), int(w))),
+                            np.zeros((int(h), int(w)), bool), None)
+              for top, left, h, w in rng.integers(1, 12, size=(6, 4))]
+    positions = sorted({(int(r), int(c)) for r, c in rng.integers(1, 25, size=(300, 2))})
+    assert positions_inside(blocks, positions) == [
+        {p for p in positions if block.holds(*p)} for block in blocks]
+    assert positions_inside(blocks, []) == [set()] * len(blocks)

@@ -6,8 +6,8 @@ import openpyxl
 import pytest
 from conftest import build, evaluated_blocks
 
-from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
+from workbook_builder.checking.check import check_workbook, compare_block
+from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import load_kinds
@@ -125,28 +125,22 @@ def test_extra_defined_names_that_look_like_cells_are_ignored(tmp_path):
     assert check_workbook(path).passed
 
 
-def test_a_block_of_numbers_is_compared_as_cell_by_cell():
-    """The comparison of a block of plain numbers (one array operation) finds what the
-    cell-by-cell scan finds: the first cell of the largest error, a NaN error never the
-    worst, ints and np.float64 as numbers."""
-    from workbook_builder.checking.check import _scan_cells, compare_block
-    from workbook_builder.checking.names import NamedRange
-
-    where = NamedRange("STEP", "Sheet", 3, 2, 6, 5)
-    rng = np.random.default_rng(2)
-    for case in range(6):
-        expected = rng.normal(size=(4, 4))
-        got = expected + rng.choice([0.0, 1e-9, -2e-9, 2e-9], size=(4, 4))
-        got = [[np.float64(v) if (i + j) % 3 == 0 else float(v) for j, v in enumerate(row)]
-               for i, row in enumerate(got)]
-        if case == 1:
-            expected[0, 0] = np.nan
-        if case == 2:
-            expected[:] = np.nan
-        if case == 3:
-            got[1][2], expected[1, 2] = 7, 7.5
-        values = {("SHEET", 3 + i, 2 + j): got[i][j] for i in range(4) for j in range(4)}
-        result = compare_block(where, expected, values)
-        worst, cell, missing, bad = _scan_cells(where, expected, sum(got, []))
-        assert (result.max_abs_error, result.worst_cell, result.problem) == \
-            (worst if worst >= 0 else None, cell, bad) and missing == 0
+def test_a_step_compared_names_its_worst_cell_first_bad_cell_and_missing_cells():
+    where = NamedRange("STEP", "Sheet", top=5, left=2, bottom=6, right=4)  # B5:D6
+    got = {("SHEET", 5, 2): 1.0, ("SHEET", 5, 3): True,                 # D5 missing
+           ("SHEET", 6, 2): "x", ("SHEET", 6, 3): float("inf"), ("SHEET", 6, 4): 2}
+    expected = np.array([[1.5, 0.0, 0.0], [0.0, 0.0, 2.5]])
+    result = compare_block(where, expected, got)
+    assert (result.max_abs_error, result.worst_cell) == (0.5, "Sheet!B5")  # tie: the first
+    assert result.problem == ("1 cell(s) left without a value by the engine (a reference "
+                              "cycle?); Sheet!C5 holds True")
+    assert not result.passed
+    second_row_bad = compare_block(where, expected, {**got, ("SHEET", 5, 3): 0.0,
+                                                     ("SHEET", 5, 4): 0.0})
+    assert second_row_bad.problem == "Sheet!B6 holds x"  # before C6 (inf): sheet order
+    assert second_row_bad.worst_cell == "Sheet!B5"
+    nan_reference = compare_block(where, np.full((2, 3), np.nan), got)
+    assert (nan_reference.max_abs_error, nan_reference.worst_cell) == (None, "")
+    exact = {("SHEET", r, c): 1 for r in (5, 6) for c in (2, 3, 4)}
+    close = compare_block(where, np.ones((2, 3)) + 1e-12, exact)
+    assert close.passed and close.max_abs_error == abs(1 - (1 + 1e-12))

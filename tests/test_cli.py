@@ -12,7 +12,7 @@ import openpyxl
 import pytest
 from conftest import build, cli, one_line_error, run_cli
 
-import workbook_builder.cli.app
+import workbook_builder.api
 import workbook_builder.demo
 from workbook_builder.checking.names import find_name
 
@@ -140,7 +140,7 @@ def test_demo_reruns_without_losing_edits(demo, tmp_path, monkeypatch):
     shutil.copytree(demo.out, out)
     plan = workbook_builder.demo.demo_plan()[:2]  # the rule, on two of the workbooks
     monkeypatch.setattr(workbook_builder.demo, "demo_plan", lambda with_model=True: plan)
-    monkeypatch.setattr(workbook_builder.cli.app, "demo_plan", lambda with_model=True: plan)
+    monkeypatch.setattr(workbook_builder.api, "demo_plan", lambda with_model=True: plan)
     # --no-model: the real-BERT workbook (when its package is installed) takes minutes
     assert cli("demo", "--out", out, "--no-model").returncode == 0  # unchanged: rebuilt
     edited = out / plan[0][0]

@@ -13,6 +13,7 @@ line prints.
 
 import dataclasses
 import html
+import importlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -40,20 +41,9 @@ from workbook_builder.checking.check import (
     installed_engines,
 )
 from workbook_builder.checking.names import NamedRange, find_name
-from workbook_builder.demo import (
-    MINILM_PIP,
-    DemoResult,
-    demo_plan,
-    demo_workers,
-    real_model_demo,
-    run_demo,
-)
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
-from workbook_builder.models import mamba
 from workbook_builder.models.families import KIND_FAMILIES
-from workbook_builder.models.kv_cache import kv_cache_inputs
-from workbook_builder.models.loader import ModelInputs, model_inputs, parse_token_ids
 from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS, set_number
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
@@ -63,12 +53,8 @@ from workbook_builder.sheet.limits import (
     check_results_finite,
 )
 from workbook_builder.sheet.registry import get_kind, load_kinds
-from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
 from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
-from workbook_builder.teaching.grade import Grade, grade_all, grade_file
 from workbook_builder.teaching.i18n import LANGS
-from workbook_builder.teaching.record import StudentRecord, read_record
-from workbook_builder.teaching.reproduce import TUTORIALS, ExampleResult, reproduce
 
 AttnsheetsError = UserError
 Report = CheckReport
@@ -87,9 +73,33 @@ __all__ = [
     "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
     "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
 
+# what only some commands use (a demo, a class, grading, a checkpoint, a tutorial) is
+# imported on first use, so that every command starts fast: name -> its module
+_ON_FIRST_USE = {
+    **dict.fromkeys(("MINILM_PIP", "DemoResult", "demo_plan", "demo_workers",
+                     "real_model_demo", "run_demo"), "workbook_builder.demo"),
+    **dict.fromkeys(("MANIFEST", "ClassResult", "run_class"),
+                    "workbook_builder.teaching.classroom"),
+    **dict.fromkeys(("Grade", "grade_all", "grade_file"), "workbook_builder.teaching.grade"),
+    **dict.fromkeys(("StudentRecord", "read_record"), "workbook_builder.teaching.record"),
+    **dict.fromkeys(("TUTORIALS", "ExampleResult", "reproduce"),
+                    "workbook_builder.teaching.reproduce"),
+    **dict.fromkeys(("ModelInputs", "parse_token_ids"), "workbook_builder.models.loader"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of `_ON_FIRST_USE`, their module imported when first asked for."""
+    if name not in _ON_FIRST_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+
+
 # the kinds `--checkpoint` can fill
-# kinds whose family module reads its checkpoints itself (no heads; other tensors)
-OWN_READERS = {"mamba-block": mamba.model_inputs, "kv-cache": kv_cache_inputs}
+# kinds whose family module reads its checkpoints itself (no heads; other tensors):
+# kind -> (module, function)
+OWN_READERS = {"mamba-block": ("workbook_builder.models.mamba", "model_inputs"),
+               "kv-cache": ("workbook_builder.models.kv_cache", "kv_cache_inputs")}
 CHECKPOINT_KINDS = (*KIND_FAMILIES, *OWN_READERS)
 # a real model's layer in the `cells` layout (one formula per cell, each reading a whole
 # row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
@@ -98,6 +108,21 @@ CELLS_LAYOUT_LIMIT = 200_000
 
 if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-up
     import pandas as pd
+
+    # the names `__getattr__` imports on first use, for readers of the code and checkers
+    from workbook_builder.demo import (
+        MINILM_PIP,
+        DemoResult,
+        demo_plan,
+        demo_workers,
+        real_model_demo,
+        run_demo,
+    )
+    from workbook_builder.models.loader import ModelInputs, parse_token_ids
+    from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
+    from workbook_builder.teaching.grade import Grade, grade_all, grade_file
+    from workbook_builder.teaching.record import StudentRecord, read_record
+    from workbook_builder.teaching.reproduce import TUTORIALS, ExampleResult, reproduce
 
 
 class Book:
@@ -235,15 +260,23 @@ def build(kind: str, path: str | Path | None = None, *,
 
 def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path | None = None,
                       layer: int = 0, prefix: str | None = None, text: str | None = None,
-                      token_ids: list[int] | str | None = None) -> ModelInputs | None:
+                      token_ids: list[int] | str | None = None) -> "ModelInputs | None":
     """What a checkpoint gives a build of `kind` (parameters, inputs, labels, a note for
     the sheet), or None without one; `sizes` are the flags given by hand."""
-    ids = parse_token_ids(token_ids) if isinstance(token_ids, str) else token_ids
+    ids = token_ids
+    if isinstance(token_ids, str):
+        from workbook_builder.models.loader import parse_token_ids
+
+        ids = parse_token_ids(token_ids)
     if checkpoint is None:
         if text is not None or ids is not None or layer or prefix is not None:
             raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
         return None
-    read = OWN_READERS.get(kind, model_inputs)
+    from workbook_builder.models.loader import model_inputs
+
+    module, function = OWN_READERS.get(kind, (None, None))
+    read = model_inputs if module is None else \
+        getattr(importlib.import_module(module), function)
     return read(kind, checkpoint, layer=layer, prefix=prefix, text=text, token_ids=ids,
                 explicit=sizes)
 

@@ -6,9 +6,10 @@ of the zip then puts each block's `<c>` elements into the sheet's rows, in the f
 writes them (`<c r="C10" s="3" t="n"><v>0.25</v></c>`).
 
 Reading (`check`): one pass over each sheet's XML takes out every named block whose cells
-are all plain numbers of one style, complete and in order; openpyxl loads the rest and the
-blocks come back as arrays. Anything else in a block (a formula, text, a shared string, a
-second style, a missing cell) leaves that block to openpyxl.
+are all plain numbers of one style, complete and in order, and the stored results of every
+array formula (the cells it fills besides its own: `check` evaluates them afresh); openpyxl
+loads the rest and the blocks come back as arrays. Anything else in a block (a formula,
+text, a shared string, a second style, a missing cell) leaves that block to openpyxl.
 """
 
 import functools
@@ -244,11 +245,65 @@ def _candidates(book: zipfile.ZipFile) -> list[_Candidate]:
     return [c for c in found if not any(c is not o and c.overlaps(o) for o in found)]
 
 
+# an array formula's first cell, and a cell holding only a value (or nothing)
+_ARRAY_FORMULA = re.compile(r'<c r="([A-Z]{1,3})(\d+)"[^>]*><f t="array" ref="\$?([A-Z]{1,3})'
+                            r'\$?(\d+):\$?([A-Z]{1,3})\$?(\d+)"')
+_VALUE_CELL = re.compile(r'<c r="([A-Z]{1,3}\d+)"(?: s="\d+")?(?: t="\w+")?'
+                         r'(?:/>|><v>[^<]*</v></c>)')
+
+
+class _ArrayMembers:
+    """The cells an array formula fills besides its own first cell: an application's (or
+    the build's) stored results, which `check` evaluates afresh and so never reads. Left
+    out of the XML openpyxl loads, a blocks-layout sheet loads in a fraction of the time.
+    Only a row whose span holds nothing but those cells, each a bare value, in order, is
+    left out; anything else stays for openpyxl."""
+
+    def __init__(self, top: int, left: int, bottom: int, right: int):
+        self.top, self.left, self.bottom, self.right = top, left, bottom, right
+        self.letters = [_letters(col) for col in range(left, right + 1)]
+        self.spans: list[tuple[int, int]] = []
+
+    def take_row(self, row: int, xml: str, body_start: int, body_end: int) -> None:
+        # the top row without the formula's own cell
+        letters = self.letters[1:] if row == self.top else self.letters
+        if not letters:
+            return
+        suffix = str(row)
+        refs = [column + suffix for column in letters]
+        start = xml.find(f'<c r="{refs[0]}"', body_start, body_end)
+        last = xml.find(f'<c r="{refs[-1]}"', max(start, body_start), body_end)
+        end = xml.find(">", last, body_end) + 1 if last >= 0 else -1
+        if start < 0 or end <= 0:
+            return
+        if xml[end - 2] != "/":  # <c …>…</c>, not <c …/>
+            end = xml.find("</c>", end, body_end) + 4
+            if end < 4:
+                return
+        if xml.count("<c ", start, end) == len(refs) and \
+                _VALUE_CELL.findall(xml, start, end) == refs:
+            self.spans.append((start, end))
+
+
+def _array_members(xml: str) -> list[_ArrayMembers]:
+    found = []
+    for match in _ARRAY_FORMULA.finditer(xml):
+        col, row, left, top, right, bottom = match.groups()
+        members = _ArrayMembers(int(top), _column_number(left), int(bottom),
+                                _column_number(right))
+        if (int(row), _column_number(col)) == (members.top, members.left) and \
+                members.top <= members.bottom and members.left <= members.right:
+            found.append(members)
+    return found
+
+
 def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
     """The sheet's XML without the cells of its candidates that are plain numbers (each
-    candidate's rows are read on the way)."""
-    by_row: dict[int, list[_Candidate]] = {}
-    for candidate in candidates:
+    candidate's rows are read on the way) and without its array formulas' stored results
+    (`_ArrayMembers`)."""
+    by_row: dict[int, list[_Candidate | _ArrayMembers]] = {}
+    arrays = _array_members(xml)
+    for candidate in [*candidates, *arrays]:
         for row in range(candidate.top, candidate.bottom + 1):
             by_row.setdefault(row, []).append(candidate)
     position = 0
@@ -264,10 +319,11 @@ def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
         position = end
         row = int(xml[start + 8:number_end])
         for candidate in by_row.get(row, ()):
-            if candidate.plain:
+            if getattr(candidate, "plain", True):
                 candidate.take_row(row, xml, opened + 1, end)
-    spans = sorted(span for c in candidates
-                   if c.plain and len(c.values) == c.bottom - c.top + 1 for span in c.spans)
+    spans = sorted([span for c in candidates
+                    if c.plain and len(c.values) == c.bottom - c.top + 1 for span in c.spans]
+                   + [span for members in arrays for span in members.spans])
     kept, last = [], 0
     for start, end in spans:
         kept.append(xml[last:start])
@@ -277,23 +333,24 @@ def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
 
 
 def load_with_constant_blocks(path: Path) -> Workbook:
-    """The workbook at `path`, its named blocks of plain numbers as array blocks (see the
-    module's docstring); openpyxl's own load for everything else, and for all of it outside
-    the openpyxl versions this reads the internals of."""
+    """The workbook at `path`, its named blocks of plain numbers as array blocks and its
+    array formulas without their stored results (see the module's docstring); openpyxl's
+    own load for everything else, and for all of it outside the openpyxl versions this
+    reads the internals of."""
     if not OPENPYXL_SHORTCUTS:
         return load_workbook(path)
     with zipfile.ZipFile(path) as book:
         candidates = _candidates(book)
-        if not candidates:
+        titles = {part: title for title, part in sheet_parts(book).items()}
+        sheets = {name: book.read(name) for name in titles}
+        if not candidates and not any(b't="array"' in xml for xml in sheets.values()):
             return load_workbook(path)
-        parts = sheet_parts(book)
         stripped = io.BytesIO()
         with zipfile.ZipFile(stripped, "w", zipfile.ZIP_STORED) as out:
-            titles = {part: title for title, part in parts.items()}
             for info in book.infolist():
-                data = book.read(info.filename)
-                mine = [c for c in candidates if c.sheet == titles.get(info.filename)]
-                if mine:
+                data = sheets.get(info.filename) or book.read(info.filename)
+                if info.filename in sheets:
+                    mine = [c for c in candidates if c.sheet == titles[info.filename]]
                     data = _read_sheet(data.decode("utf-8"), mine).encode("utf-8")
                 out.writestr(info.filename, data)
     wb = load_workbook(stripped)

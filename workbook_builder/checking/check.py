@@ -33,7 +33,11 @@ from workbook_builder.engines.libreoffice import (
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
-from workbook_builder.sheet.constants import constant_block_at, constant_value
+from workbook_builder.sheet.constants import (
+    constant_block_at,
+    constant_blocks,
+    constant_value,
+)
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 
@@ -142,9 +146,14 @@ def read_inputs(wb: Workbook, kind, params, path: Path,
             inputs[name] = array.values.copy()
             continue
         block = np.empty(shape)
+        # array blocks are asked for its cells only when one overlaps it (not once a cell)
+        partly_array = any(b.top <= where.bottom and where.top <= b.bottom and
+                           b.left <= where.right and where.left <= b.right
+                           for b in constant_blocks(ws))
         for i in range(shape[0]):
             for j in range(shape[1]):
-                held, value = constant_value(ws, where.top + i, where.left + j)
+                held, value = constant_value(ws, where.top + i, where.left + j) \
+                    if partly_array else (False, None)
                 cell = None if held else ws.cell(where.top + i, where.left + j)
                 value = value if held else cell.value
                 if cell is not None and is_formula_cell(cell):
@@ -164,6 +173,9 @@ def _input_number(value: Any, name: str, address: str, path: Path) -> float:
     return float(value)
 
 
+_MISSING = object()  # a cell the engine gave no value
+
+
 def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
                   wb: Workbook | None = None, ranges: dict[str, list] | None = None
                   ) -> StepResult:
@@ -177,19 +189,26 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
     if where.shape != expected.shape:
         return StepResult(where.name, cells, None, "", tolerance, False,
                           f"block spans {where.shape} but the reference is {expected.shape}")
-    sheet, (rows, cols) = where.sheet.upper(), expected.shape
+    worst, worst_cell, missing, bad = -1.0, "", 0, ""
+    sheet, cols = where.sheet.upper(), expected.shape[1]
     got = [values.get((sheet, where.top + i, where.left + j), _MISSING)
-           for i in range(rows) for j in range(cols)]
-    numbers = np.array(got, dtype=float) if set(map(type, got)) <= _PLAIN_NUMBERS else None
-    if numbers is not None and numbers.size and np.isfinite(numbers).all():  # all numbers
-        errors = np.abs(numbers - np.asarray(expected, dtype=float).ravel())
-        ranked = np.where(np.isnan(errors), -np.inf, errors)  # a NaN error is never worst
-        first = int(np.argmax(ranked))  # the first cell of the largest error
-        worst, worst_cell = (float(errors[first]), where.address(*divmod(first, cols))) \
-            if ranked[first] > -np.inf else (-1.0, "")
-        missing, bad = 0, ""
-    else:
-        worst, worst_cell, missing, bad = _scan_cells(where, expected, got)
+           for i in range(expected.shape[0]) for j in range(cols)]
+    numbers = np.full(len(got), np.nan)  # NaN: not compared
+    for k, value in enumerate(got):
+        if value is _MISSING:
+            missing += 1
+        elif isinstance(value, bool) or not isinstance(value, int | float) or \
+                not math.isfinite(value):
+            bad = bad or f"{where.address(k // cols, k % cols)} holds {value}"
+        else:
+            numbers[k] = value
+    # the error of every cell at once; the worst is the first of the largest (a NaN in the
+    # reference is never the worst)
+    errors = np.abs(numbers - expected.ravel())
+    errors[np.isnan(errors)] = -1.0
+    if errors.size and errors.max() >= 0:
+        k = int(np.argmax(errors))
+        worst, worst_cell = float(errors[k]), where.address(k // cols, k % cols)
     problem = bad
     typed = [] if wb is None else typed_values(wb, where, ranges)
     if typed:
@@ -203,31 +222,8 @@ def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
                       passed, problem)
 
 
-# a cell the engine gave no value; the types of a plain number (bool excluded)
+# a cell the engine gave no value
 _MISSING = object()
-_PLAIN_NUMBERS = frozenset({float, int, np.float64})
-
-
-def _scan_cells(where: NamedRange, expected: np.ndarray, got: list
-                ) -> tuple[float, str, int, str]:
-    """compare_block cell by cell, for a block with missing or non-numeric cells: the
-    largest error (-1.0 without any number) and its cell, the missing cells, the first
-    cell that is not a finite number."""
-    worst, worst_cell, missing, bad = -1.0, "", 0, ""
-    cols = expected.shape[1]
-    for index, value in enumerate(got):
-        i, j = divmod(index, cols)
-        if value is _MISSING:
-            missing += 1
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or \
-                not math.isfinite(value):
-            bad = bad or f"{where.address(i, j)} holds {value}"
-            continue
-        error = abs(float(value) - float(expected[i, j]))
-        if error > worst:
-            worst, worst_cell = error, where.address(i, j)
-    return worst, worst_cell, missing, bad
 
 
 def array_ranges(ws) -> list[tuple[int, int, int, int]]:
@@ -262,10 +258,11 @@ def typed_values(wb: Workbook, where: NamedRange,
     ws = wb[where.sheet]
     arrays = array_members(ws, where, None if ranges is None else ranges[where.sheet])
     typed = []
+    if len(arrays) == where.shape[0] * where.shape[1]:  # all filled by array formulas
+        return typed
     for i in range(where.shape[0]):
         for j in range(where.shape[1]):
             row, col = where.top + i, where.left + j
-            # an array formula's member first: ws.cell would make an object of it
             if (row, col) not in arrays and not holds_formula(ws.cell(row, col), arrays):
                 typed.append(where.address(i, j))
     return typed

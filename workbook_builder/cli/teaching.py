@@ -6,22 +6,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from workbook_builder import api
 from workbook_builder.api import (
     DEFAULT_MAX_CELLS,
     ENGINES,
     LANGS,
     LAYOUTS,
-    MANIFEST,
     AttnsheetsError,
     ExerciseSpec,
     checkpoint_inputs,
     get_kind,
-    grade_all,
-    kinds,
     make_spec,
     parse_tokens,
     resolve_params,
-    run_class,
 )
 from workbook_builder.cli.params import add_checkpoint_flags, checkpoint_args, explicit_params
 from workbook_builder.cli.printing import format_grades, printable
@@ -52,12 +49,13 @@ def exercise_from_args(args) -> ExerciseSpec | None:
     return make_spec(args.exercise, args.tolerance, args.self_check)
 
 
-def add_commands(commands, add_param_flags) -> None:
+def add_commands(commands, add_param_flags, class_kinds: list[str]) -> None:
+    """`class` (a sub-command for each of `class_kinds`) and `grade`."""
     klass = commands.add_parser(
         "class", help="one exercise workbook and one answer key per student of a roster")
     kind_parsers = klass.add_subparsers(dest="kind", required=True, metavar="KIND",
                                         parser_class=type(klass))
-    for name in kinds():
+    for name in class_kinds:
         kind = get_kind(name)
         sub = kind_parsers.add_parser(name, help=kind.summary, description=kind.summary)
         sub.add_argument("--roster", required=True, type=Path, metavar="ROSTER.csv",
@@ -104,12 +102,12 @@ def cmd_class(args) -> bool:
         sizes, given, tokens = {**model.params, **sizes}, model.inputs, tokens or model.labels
     params = resolve_params(kind, sizes, given, tokens)
     exercise = exercise_from_args(args)
-    result = run_class(kind, params, args.roster, args.out, exercise, layout=args.layout,
+    result = api.run_class(kind, params, args.roster, args.out, exercise, layout=args.layout,
                        lang=args.lang, tokens=tokens, class_seed=args.seed, force=args.force,
                        id_column=args.id_column, max_cells=args.max_cells, given=given,
                        note=model.note if model is not None else None)
     print(f"wrote {result.students} exercise workbooks, {result.students} answer keys and "
-          f"{MANIFEST} to {result.out} ({kind.name}, {kind.describe(params)}, exercise "
+          f"{api.MANIFEST} to {result.out} ({kind.name}, {kind.describe(params)}, exercise "
           f"{','.join(exercise.steps)}, {result.seconds:.1f} s)")
     if result.problems:
         print(f"VERIFICATION FAILED for {len(result.problems)} block(s); first: "
@@ -124,7 +122,7 @@ def cmd_class(args) -> bool:
 def cmd_grade(args) -> bool:
     """True if every file could be graded and none differs from the manifest (scores never
     fail the command)."""
-    grades = grade_all(args.paths, args.out, args.force, args.engine, args.manifest)
+    grades = api.grade_all(args.paths, args.out, args.force, args.engine, args.manifest)
     for grade in grades:
         if grade.problem:
             print(f"attnsheets: {grade.problem}", file=sys.stderr)

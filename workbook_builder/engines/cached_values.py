@@ -13,7 +13,6 @@ import math
 import re
 import zipfile
 from pathlib import Path, PurePosixPath
-from xml.sax.saxutils import escape
 
 from workbook_builder.engines.formulas_engine import CellValues
 from workbook_builder.sheet.limits import EXCEL_ROWS, extent_of
@@ -41,6 +40,12 @@ def sheet_parts(book: zipfile.ZipFile) -> dict[str, str]:
     return parts
 
 
+def escape_xml(text: str) -> str:
+    """Text for an XML element: &, < and > escaped (as xml.sax.saxutils.escape, whose
+    import brings urllib and http, a fiftieth of a second at every start)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def unescape_xml(text: str) -> str:
     return (text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
             .replace("&apos;", "'").replace("&amp;", "&"))
@@ -55,10 +60,10 @@ def _typed(value) -> tuple[str, str] | None:
     if value is None:
         return None
     if type(value) is str:
-        return "str", escape(value)
+        return "str", escape_xml(value)
     # the engine's error values (XlError) are a subclass of str that prints as '#VALUE!':
     # stored as an error cell, so applications and data_only readers see an error, not text
-    return "e", escape(str(value))
+    return "e", escape_xml(str(value))
 
 
 def _rewrite_sheet(xml: str, sheet: str, values: CellValues) -> str:

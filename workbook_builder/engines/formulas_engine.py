@@ -36,7 +36,11 @@ from workbook_builder.engines.thirdparty import (
 )
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
-from workbook_builder.sheet.constants import constant_block_at, constant_blocks
+from workbook_builder.sheet.constants import (
+    constant_block_at,
+    constant_blocks,
+    positions_inside,
+)
 from workbook_builder.sheet.limits import EXCEL_COLS, EXCEL_ROWS, named_extent
 from workbook_builder.sheet.refs import cell_ref, name_destinations, parse_range, range_ref
 
@@ -150,8 +154,9 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
                 formula_cells.add((title, r, c))
     grouped: set[tuple[str, int, int]] = set()
     for ws in wb.worksheets:  # blocks kept as arrays, not cells: one range node each
-        for array in constant_blocks(ws) if ws.title in sheets else ():
-            held = {rc for rc in sheets[ws.title] if array.holds(*rc)}
+        arrays = constant_blocks(ws) if ws.title in sheets else []
+        inside = positions_inside(arrays, list(sheets[ws.title])) if arrays else []
+        for array, held in zip(arrays, inside, strict=True):
             if not held:
                 entries[key(ws.title, range_ref(array.top, array.left, array.bottom,
                                                 array.right))] = array.rows()
@@ -358,6 +363,9 @@ class FormulasModel:
         return None
 
 
+_NO_VALUE = object()
+
+
 def _solution_values(solution, skip: set[str] = frozenset(),
                      titles: dict[str, str] | None = None) -> CellValues:
     """Each cell's value, keyed by its sheet's upper-cased title (`titles`: engine name ->
@@ -367,14 +375,24 @@ def _solution_values(solution, skip: set[str] = frozenset(),
         if key in skip:
             continue
         match = _KEY.match(str(key))
-        if not match or not hasattr(ranges, "value"):
+        if not match:
+            continue
+        held = getattr(ranges, "value", _NO_VALUE)  # the engine assembles it at each ask
+        if held is _NO_VALUE:
             continue
         sheet = match.group("sheet").upper()
         sheet = (titles or {}).get(sheet, sheet)
         top, left, bottom, right = parse_range(match.group("range"))
-        array = np.asarray(ranges.value, dtype=object)
-        for i in range(bottom - top + 1):
-            for j in range(right - left + 1):
+        array = np.asarray(held, dtype=object)
+        rows, cols = bottom - top + 1, right - left + 1
+        if array.shape == (rows, cols):  # every cell has its value: the rows as lists
+            for i, row in enumerate(array.tolist(), start=top):
+                for j, value in enumerate(row, start=left):
+                    values[(sheet, i, j)] = value.item() if isinstance(value, np.generic) \
+                        else value
+            continue
+        for i in range(rows):  # a value of another shape: the cells it covers, else None
+            for j in range(cols):
                 value = array[i, j] if array.ndim == 2 and i < array.shape[0] and \
                     j < array.shape[1] else None
                 values[(sheet, top + i, left + j)] = _scalar(value)

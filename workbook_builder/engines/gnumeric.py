@@ -10,7 +10,6 @@ copy from a private temporary folder.
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from workbook_builder.engines.cached_values import trimmed_copy
@@ -53,6 +52,8 @@ def recalculate_many(paths: list[Path], outdir: Path) -> list[Path]:
     targets = [outdir / Path(path).name for path in paths]
     if len(set(targets)) != len(targets):
         raise ValueError("two files of the same name would overwrite each other")
+    from concurrent.futures import ThreadPoolExecutor  # only here: every command imports us
+
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         return list(pool.map(recalculate, map(Path, paths), targets))
 

@@ -114,17 +114,30 @@ def set_number(ws: Worksheet, row: int, col: int, value: float) -> None:
     ws.cell(row, col).value = value
 
 
+def positions_inside(blocks: list[ConstantBlock],
+                     positions: list[tuple[int, int]]) -> list[set[tuple[int, int]]]:
+    """For each block, the (row, col) of `positions` inside it: one array comparison per
+    block, not a call per cell and block (a sheet of 60,000 cells beside 20 blocks)."""
+    if not blocks or not positions:
+        return [set() for _ in blocks]
+    coordinates = np.array(positions, dtype=np.int64)
+    rows, cols = coordinates[:, 0], coordinates[:, 1]
+    inside = []
+    for block in blocks:
+        found = np.flatnonzero((rows >= block.top) & (rows <= block.bottom) &
+                               (cols >= block.left) & (cols <= block.right))
+        inside.append({positions[k] for k in found.tolist()})
+    return inside
+
+
 def blocks_with_cells(ws: Worksheet) -> list[ConstantBlock]:
     """The array blocks inside which the worksheet holds a cell object (made after the
-    block was kept: a style set on one of its cells, say); one pass over its cells."""
+    block was kept: a style set on one of its cells, say)."""
     blocks = constant_blocks(ws)
     if not blocks:
         return []
-    found = []
-    for cell in stored_cells(ws):
-        row, col = cell.row, cell.column
-        found += [b for b in blocks if b.holds(row, col) and b not in found]
-    return found
+    held = positions_inside(blocks, [(cell.row, cell.column) for cell in stored_cells(ws)])
+    return [block for block, cells in zip(blocks, held, strict=True) if cells]
 
 
 def materialise(ws: Worksheet, block: ConstantBlock) -> None:

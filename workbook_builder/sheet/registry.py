@@ -1,6 +1,7 @@
 """Finding the kinds: every module in the `sheets` package defines one."""
 
 import importlib
+import importlib.util
 import pkgutil
 
 import sheets
@@ -17,8 +18,22 @@ def load_kinds() -> dict[str, type[Kind]]:
     return KINDS
 
 
+def _import_module_named_for(name: str) -> None:
+    """Import the module a kind's name suggests ("cross-attention" -> sheets.cross_attention)
+    when there is one: a command on one kind's workbook needs no other kind (importing all
+    of them costs a tenth of a second)."""
+    module = name.replace("-", "_")
+    if module.isidentifier() and not module.startswith("_") and \
+            importlib.util.find_spec(f"sheets.{module}") is not None:
+        importlib.import_module(f"sheets.{module}")
+
+
 def get_kind(name: str) -> type[Kind]:
-    kinds = load_kinds()
+    if name not in KINDS and isinstance(name, str):
+        _import_module_named_for(name)
+    if name in KINDS:
+        return KINDS[name]
+    kinds = load_kinds()  # a kind in a module of another name, or none
     if name not in kinds:
         raise UserError(f"unknown kind {name!r}; known kinds: {', '.join(sorted(kinds))}")
     return kinds[name]

@@ -1,0 +1,121 @@
+"""Start-up: a command imports what it uses, and a command line naming one kind sets up
+that kind's flags only, with the same parsing and help as when every kind is set up."""
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import build
+
+from workbook_builder.cli.app import _parser
+
+# what no `check` or `--help` needs: the demo, the teacher's commands, checkpoints,
+# tutorials, pandas, and the XML helpers that bring urllib and http along
+NEVER_AT_START = ["workbook_builder.demo", "workbook_builder.teaching.classroom",
+                  "workbook_builder.teaching.grade", "workbook_builder.teaching.reproduce",
+                  "workbook_builder.teaching.record", "workbook_builder.models.loader",
+                  "pandas", "xml.sax.saxutils", "urllib.request"]
+
+ROOT = Path(__file__).resolve().parent.parent
+_RUN_AND_LIST_MODULES = """
+import contextlib, io, json, sys
+from workbook_builder.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def _modules_after(*args: str) -> tuple[int, set[str]]:
+    """The exit code of `attnsheets ARGS` in a new process (this checkout's package), and
+    every module it imported."""
+    ran = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, *args], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    return result["code"], set(result["modules"])
+
+
+def _kind_modules(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.startswith("sheets.") and not m.startswith("sheets._")}
+
+
+def _kind_modules_importing(module: str) -> set[str]:
+    """The kind modules that importing `module` alone brings (the kinds it builds on)."""
+    ran = subprocess.run([sys.executable, "-c", f"import json, sys, {module}; "
+                          f"print(json.dumps(sorted(sys.modules)))"], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    return _kind_modules(set(json.loads(ran.stdout)))
+
+
+def test_help_imports_no_kind_no_engine_and_nothing_of_the_other_commands():
+    code, modules = _modules_after("--help")
+    assert code == 0
+    assert _kind_modules(modules) == set()
+    assert "formulas" not in modules and "numpy.random" not in modules
+    assert [m for m in NEVER_AT_START if m in modules] == []
+
+
+def test_check_imports_the_files_kind_alone(tmp_path):
+    path = build(tmp_path, "cross-attention", {"src_len": 3, "tgt_len": 2, "d_model": 2,
+                                               "d_k": 2})
+    code, modules = _modules_after("check", str(path))
+    assert code == 0
+    assert _kind_modules(modules) == _kind_modules_importing("sheets.cross_attention")
+    assert [m for m in NEVER_AT_START if m in modules] == []
+
+
+def test_build_imports_the_kind_it_builds_alone(tmp_path):
+    code, modules = _modules_after("build", "ssm", "--seq-len", "3", "-o",
+                                   str(tmp_path / "s.xlsx"))
+    assert code == 0 and (tmp_path / "s.xlsx").exists()
+    assert _kind_modules(modules) == _kind_modules_importing("sheets.ssm")
+    assert len(_kind_modules(modules)) < 4  # ssm builds on attention, not on every kind
+    assert [m for m in NEVER_AT_START if m in modules] == []
+
+
+def _printed(parser, argv: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    return out.getvalue()
+
+
+COMMAND_LINES = {
+    "build": ["build", "multihead", "--seq-len", "3", "--heads", "2", "-o", "x.xlsx"],
+    "class": ["class", "multihead", "--seq-len", "3", "--roster", "r.csv", "--out", "d",
+              "--exercise", "WEIGHTS"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_LINES))
+def test_a_kind_named_alone_parses_and_helps_as_among_every_kind(command):
+    argv = COMMAND_LINES[command]
+    every_kind = _parser([command])  # as for `attnsheets build --help`: all kinds
+    assert vars(_parser(argv).parse_args(argv)) == vars(every_kind.parse_args(argv))
+    help_argv = [command, "multihead", "--help"]
+    assert _printed(_parser(help_argv), help_argv) == _printed(every_kind, help_argv)
+    listed = _printed(every_kind, [command, "--help"])
+    assert "cross-attention" in listed and "ssm" in listed
+
+
+def test_an_unknown_kind_is_refused_naming_every_kind():
+    argv = ["build", "atention", "-o", "x.xlsx"]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
+        _parser(argv).parse_args(argv)
+    assert exited.value.code == 2
+    assert "invalid choice: 'atention'" in err.getvalue()
+    assert "'cross-attention'" in err.getvalue() and "'ssm'" in err.getvalue()
+
+
+@pytest.mark.parametrize("text", ["plain", "a<b & c>d", "&amp; stays escaped once", "\"'", ""])
+def test_the_xml_escape_of_stored_text_is_the_standard_librarys(text):
+    from xml.sax.saxutils import escape
+
+    from workbook_builder.engines.cached_values import escape_xml
+
+    assert escape_xml(text) == escape(text)
