@@ -289,3 +289,34 @@ def test_positions_inside_blocks_are_the_positions_each_block_holds():
     assert positions_inside(blocks, positions) == [
         {p for p in positions if block.holds(*p)} for block in blocks]
     assert positions_inside(blocks, []) == [set()] * len(blocks)
+
+
+def _read_values(wb) -> dict:
+    """(sheet, cell) -> (value, data type) of every cell holding something, less the stored
+    results of array formulas."""
+    held = {}
+    for ws in wb.worksheets:
+        ranges = [parse_range(c.value.ref) for c in ws._cells.values()
+                  if isinstance(c.value, ArrayFormula)]
+        for c in ws._cells.values():
+            inside = any(top <= c.row <= bottom and left <= c.column <= right and
+                         (c.row, c.column) != (top, left) for top, left, bottom, right in ranges)
+            if c.value is not None and not inside:
+                held[(ws.title, c.coordinate)] = (getattr(c.value, "text", c.value),
+                                                  c.data_type)
+    return held
+
+
+@pytest.mark.parametrize("layout,lang", [("cells", "zh"), ("blocks", "en")])
+def test_check_reads_every_text_and_value_as_openpyxl_does(tmp_path, layout, lang):
+    tokens = [" spaced ", "a&b<c>", "=1+1", "#N/A", "我", "'quoted"]
+    path = tmp_path / "t.xlsx"
+    api.build("attention", path, seq_len=6, d_model=2, d_k=2, tokens=tokens, layout=layout,
+              lang=lang)
+    general = openpyxl.load_workbook(path)
+    assert general["Attention"].merged_cells.ranges  # headers span their blocks
+    read = open_workbook(path, array_blocks=True)  # as `check` reads it
+    assert not read["Attention"].merged_cells.ranges  # nothing checked is merged
+    assert _read_values(read) == _read_values(general)
+    assert {v for v, t in _read_values(read).values() if t == "s"} >= set(tokens)
+    assert check_workbook(path).passed

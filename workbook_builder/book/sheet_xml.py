@@ -297,10 +297,19 @@ def _array_members(xml: str) -> list[_ArrayMembers]:
     return found
 
 
+# what `check` reads of a sheet as openpyxl would read it, made cheaper: merged ranges
+# (openpyxl makes and styles a cell for each cell they cover; nothing checked is merged)
+# and text written inline (openpyxl makes a rich-text object of each; a plain one reads as
+# the same string cell from a <v>)
+_MERGE_CELLS = re.compile(r"<mergeCells\b[^>]*?(?:/>|>.*?</mergeCells>)", re.S)
+_PLAIN_INLINE_TEXT = re.compile(r'(<c r="[A-Z]{1,3}\d+"(?: s="\d+")?) t="inlineStr">'
+                                r'<is><t(?: xml:space="preserve")?>([^<]+)</t></is></c>')
+
+
 def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
     """The sheet's XML without the cells of its candidates that are plain numbers (each
-    candidate's rows are read on the way) and without its array formulas' stored results
-    (`_ArrayMembers`)."""
+    candidate's rows are read on the way), without its array formulas' stored results
+    (`_ArrayMembers`) and its merged ranges, and with plain inline text as string values."""
     by_row: dict[int, list[_Candidate | _ArrayMembers]] = {}
     arrays = _array_members(xml)
     for candidate in [*candidates, *arrays]:
@@ -329,7 +338,8 @@ def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
         kept.append(xml[last:start])
         last = end
     kept.append(xml[last:])
-    return "".join(kept)
+    return _PLAIN_INLINE_TEXT.sub(r'\1 t="str"><v>\2</v></c>',
+                                  _MERGE_CELLS.sub("", "".join(kept)))
 
 
 def load_with_constant_blocks(path: Path) -> Workbook:
@@ -343,8 +353,6 @@ def load_with_constant_blocks(path: Path) -> Workbook:
         candidates = _candidates(book)
         titles = {part: title for title, part in sheet_parts(book).items()}
         sheets = {name: book.read(name) for name in titles}
-        if not candidates and not any(b't="array"' in xml for xml in sheets.values()):
-            return load_workbook(path)
         stripped = io.BytesIO()
         with zipfile.ZipFile(stripped, "w", zipfile.ZIP_STORED) as out:
             for info in book.infolist():
