@@ -17,14 +17,19 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, once_per_run, requires_libreoffice
+from conftest import build, evaluated_blocks, once_per_run, requires_libreoffice
 
+from workbook_builder import api
 from workbook_builder.book.files import handout_copy
 from workbook_builder.book.workbook import new_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan, write_demo
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import convert_many, has_chinese_font
+from workbook_builder.sheet.hand_layout import plan_for
+from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.printing import PrintUnit, plan_pages
+from workbook_builder.sheet.registry import KINDS
 
 requires_pdftotext = pytest.mark.skipif(
     shutil.which("pdftotext") is None, reason="pdftotext is missing (apt-get install "
@@ -78,11 +83,21 @@ def marked_copy(book: Path, target: Path) -> dict[str, tuple[str, str, str]]:
         if not fits_a_page(ws, where):
             continue
         marks[where.name] = (f"mk{n}a", f"mk{n}r", f"mk{n}c")
-        ws.cell(where.top - 4, where.left - 1).value = marks[where.name][0]
+        ws.cell(*name_cell(ws, where)).value = marks[where.name][0]
         ws.cell(where.bottom, where.left - 1).value = marks[where.name][1]
         ws.cell(where.top - 1, where.right).value = marks[where.name][2]
     wb.save(target)
     return marks
+
+
+def name_cell(ws, where) -> tuple[int, int]:
+    """(row, column) of the cell holding the block's name: above its data, left of its
+    first column (further left in the hand layout, where the left operand sits)."""
+    for row in range(where.top - 1, max(0, where.top - 40), -1):
+        for col in range(where.left - 1, max(0, where.left - 20), -1):
+            if ws.cell(row, col).value == where.name:
+                return row, col
+    raise AssertionError(f"no name cell above block {where.name}")
 
 
 def fits_a_page(ws, where) -> bool:
@@ -224,6 +239,26 @@ def test_no_block_is_split_across_pages(handouts):
 
 @requires_libreoffice
 @requires_pdftotext
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_hand_example_of_attention_prints_on_one_page(handouts, demo, lang):
+    """`build attention --example hand` (layout cells), as the demo builds it: one page,
+    every digit at 8 pt or more, and each query's weights peaked (row max ≥ 0.6) as the
+    formulas compute them in the file."""
+    found, per_pt = handouts
+    stem = "attention_hand_cells" + ("" if lang == "en" else f"_{lang}")
+    handout = next(h for h in found if h.name == stem)
+    words, heights = words_of(handout.pdf)
+    assert len(heights) == 1, f"{stem}: {len(heights)} pages"
+    digits = [w for w in words if NUMBER.match(w.text)]
+    assert min(w.bottom - w.top for w in digits) / per_pt >= MIN_DIGIT_PT - 0.05
+    assert {"WEIGHTS", "OUTPUT"} <= {w.text for w in words}  # the last steps are on it
+    book = demo.out / "attention_hand_cells.xlsx"
+    weights = evaluated_blocks(book, evaluate_with_formulas(book), ["WEIGHTS"])["WEIGHTS"]
+    assert weights.shape == (4, 4) and weights.max(axis=1).min() >= 0.6
+
+
+@requires_libreoffice
+@requires_pdftotext
 def test_the_about_sheet_is_not_printed(handouts):
     for handout, _ in _each(handouts):
         words, _ = words_of(handout.pdf)
@@ -283,3 +318,84 @@ def test_a_column_break_cuts_only_a_block_wider_than_a_page():
     assert cols and all(not narrow[0] <= c < narrow[1] for c in cols)
     _, _, _, unguarded = plan_pages(ws, units, [wide])
     assert any(narrow[0] <= c < narrow[1] for c in unguarded)  # the case is a real one
+
+
+@pytest.mark.parametrize("layout", ["cells", "hand"])
+def test_the_plan_decides_the_compact_layout_as_the_writer_does(layout):
+    """The limits are checked on the plan: the hand example of attention (compact in
+    cells, not in hand) places every block where the plan put it."""
+    kind = KINDS["attention"]
+    example = kind.examples["hand"]()
+    params = make_params(kind, example.params)
+    plan = plan_for(layout)(params, kind.label_sets(params, kind.labels(params, None)))
+    plan.write(kind.sections(params), {})
+    book = api.build("attention", example="hand", layout=layout)
+    ws = book.workbook[kind.sheet_title]
+    assert plan.compact == (layout == "cells")
+    for name, block in plan.blocks.items():
+        where = find_name(book.workbook, name, None)
+        assert (where.top, where.left, where.bottom, where.right) == \
+            (block.top, block.left, block.bottom, block.right), name
+    assert (plan.bottom, plan.right) == (ws.max_row, ws.max_column)
+
+
+def test_a_compact_sheet_keeps_each_explanation_as_the_note_of_its_name():
+    book = api.build("attention", example="hand")
+    wb = book.workbook
+    where = find_name(wb, "WEIGHTS", None)
+    ws = wb[where.sheet]
+    row, col = name_cell(ws, where)
+    assert "probability distribution" in ws.cell(row, col).comment.text
+    shown = {c.value for r in ws.iter_rows() for c in r if isinstance(c.value, str)}
+    assert not any("probability distribution" in text for text in shown)
+
+
+@pytest.mark.parametrize("layout", ["cells", "hand"])
+def test_whole_numbers_show_as_such_and_the_rest_with_4_decimals(layout):
+    """The hand example's inputs and integer products show 2 and −1 (General), their
+    copies beside a product too; a block with a fraction keeps 0.0000."""
+    wb = api.build("attention", example="hand", layout=layout).workbook
+    formats = {}
+    for name in ("X", "W_Q", "Q", "SCORES", "SCALED", "WEIGHTS"):
+        where = find_name(wb, name, None)
+        ws = wb[where.sheet]
+        formats[name] = {ws.cell(where.top + i, where.left + j).number_format
+                         for i in range(where.shape[0]) for j in range(where.shape[1])}
+    assert formats == {"X": {"General"}, "W_Q": {"General"}, "Q": {"General"},
+                       "SCORES": {"General"}, "SCALED": {"0.0000"}, "WEIGHTS": {"0.0000"}}
+    if layout == "hand":
+        ws = wb["Attention"]
+        q = find_name(wb, "Q", None)
+        left_of_q = ws.cell(q.top, q.left - 2)  # X's copy, last column
+        assert left_of_q.value.startswith("=") and left_of_q.number_format == "General"
+
+
+def test_the_mask_shows_its_masked_cells_grey_with_a_dash():
+    """MASK's 0s are what it masks: grey and a dash, by the rule that shades the masked
+    weights (reading the mask), while the cells hold 0 and 1 (1 shown as 1)."""
+    wb = api.build("attention", seq_len=3, d_model=2, d_k=2, causal=True).workbook
+    mask = find_name(wb, "MASK", None)
+    ws = wb[mask.sheet]
+    rules = {str(cf.sqref): cf.rules for cf in ws.conditional_formatting}
+    area = f"{openpyxl.utils.get_column_letter(mask.left)}{mask.top}:" \
+           f"{openpyxl.utils.get_column_letter(mask.right)}{mask.bottom}"
+    assert area in rules, rules.keys()
+    rule = rules[area][0]
+    corner = f"{openpyxl.utils.get_column_letter(mask.left)}{mask.top}"
+    assert rule.formula == [f"{corner}=0"] and rule.dxf.numFmt.formatCode == '"–";"–";"–"'
+    assert rule.dxf.fill.fgColor.rgb.endswith("D9D9D9")
+    assert ws.cell(mask.top, mask.left).number_format == "General"
+    assert ws.cell(mask.top, mask.left).value.startswith("=IF(")
+
+
+def test_a_sheet_a_little_taller_than_a_page_prints_on_one_at_89_percent_or_more():
+    """34 rows of 15 pt fill more than one landscape page at 100 % but fit at 94 %: one
+    page, no break; 40 rows would need 84 %, under the 89 % floor: pages at 100 %."""
+    ws = new_workbook().active
+    for col in range(1, 16):
+        ws.column_dimensions[openpyxl.utils.get_column_letter(col)].width = 9
+    lines = [PrintUnit(1, 10, 15), PrintUnit(12, 22, 15), PrintUnit(24, 34, 15)]
+    orientation, scale, rows, cols = plan_pages(ws, lines)
+    assert (orientation, rows, cols) == ("landscape", [], []) and 89 <= scale < 100
+    orientation, scale, rows, _ = plan_pages(ws, [*lines, PrintUnit(36, 40, 15)])
+    assert (orientation, scale) == ("landscape", 100) and rows

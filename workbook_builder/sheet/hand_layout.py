@@ -27,11 +27,14 @@ from openpyxl.styles import Font, PatternFill
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.declare import Env, Formula, Input, MatMul, MatMulT, Step, text_of
 from workbook_builder.sheet.layout import (
+    COMPACT_ROWS,
+    COMPACT_WIDTH,
     NUMBER_FORMAT,
     SheetPlan,
     SheetWriter,
     _paint,
 )
+from workbook_builder.sheet.widths import number_format_of
 
 HAND_MAX_SIDE = 16  # rows or columns of any block: beyond that a product is no longer read by eye
 COPY_FILL = PatternFill("solid", fgColor="E4DFEC")  # pale purple: a copy, not an input
@@ -141,10 +144,29 @@ class _RowsLinedUp:
         return super()._place(name, rows, cols, max(above, self._pad), before)
 
 
-class HandWriter(_RowsLinedUp, SheetWriter):
+class _CompactByHandPlan:
+    """Whether the hand layout fits one page is decided on the hand layout's plan."""
+
+    def compact_fits(self, sections) -> bool:
+        try:
+            return super().compact_fits(sections)
+        except HandTooLarge:  # refused anyway, by the plan of the limits
+            return False
+
+    def _compact_plan(self) -> SheetPlan:
+        plan = HandPlan(self.params, self.label_sets, COMPACT_ROWS, COMPACT_WIDTH)
+        plan.compact, plan.max_width = True, COMPACT_WIDTH
+        return plan
+
+
+class HandWriter(_CompactByHandPlan, _RowsLinedUp, SheetWriter):
     """The `cells` writer, with every product's operands copied around its result."""
 
     legend = SheetWriter.legend + "    purple = copy of an operand, beside its product"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._copies: list[Block] = []  # named "RESULT:SOURCE"
 
     def _header(self, block: Block, equation: str, row_labels, col_labels,
                 explanation: str, corner: str, above: int = 0, before: int = 0) -> None:
@@ -170,8 +192,19 @@ class HandWriter(_RowsLinedUp, SheetWriter):
         self._fill(step, product.formula(copies), over, row_labels, col_labels)
         return block
 
+    def _whole_numbers_as_such(self, values) -> None:
+        """Each copy shown as the block it copies (2, not 2.0000, beside an input of 2)."""
+        super()._whole_numbers_as_such(values)
+        for copy in self._copies:
+            source = self.blocks[copy.name.split(":")[1]]
+            number_format = number_format_of(self.ws, source)
+            for row in self.ws.iter_rows(copy.top, copy.bottom, copy.left, copy.right):
+                for cell in row:
+                    cell.number_format = number_format
+
     def _copy(self, copy: Copy) -> None:
         block = copy.block
+        self._copies.append(block)
         for i in range(block.rows):
             for j in range(block.cols):
                 self.ws.cell(block.top + i, block.left + j, f"={copy.source(i, j)}")
@@ -184,6 +217,7 @@ def rows_above(writer: SheetWriter, band) -> int:
     labels, found by placing the band's blocks on a scratch plan (a product's inner size
     may come from a block of the same band)."""
     scratch = SheetPlan(writer.params, writer.label_sets)
+    scratch.compact = bool(writer.compact)
     scratch.blocks = dict(writer.blocks)
     scratch._band = [writer.row, writer.margin, writer.row, writer.row]
     most = 0
@@ -205,7 +239,7 @@ class HandTooLarge(Exception):
         self.block = block
 
 
-class HandPlan(_RowsLinedUp, SheetPlan):
+class HandPlan(_CompactByHandPlan, _RowsLinedUp, SheetPlan):
     """`SheetPlan` for the hand layout: blocks placed as HandWriter places them, products
     with their copies' cells, and HandTooLarge at the first block with a side over
     HAND_MAX_SIDE."""

@@ -12,8 +12,16 @@ Sections are placed top to bottom; the blocks of one band side by side, wrapping
 new line of the band before it grows wider than a printed page (`max_width` columns). A
 chart in a band takes a rectangle of cells there and reads its series from blocks already
 placed. Each band line, with the section title above it, is a print unit: a page break
-falls only between units (sheet/printing.py). The `hand` layout (sheet/hand_layout.py)
-writes like `cells` but sets every matrix product between live copies of its operands.
+falls only between units (sheet/printing.py).
+
+A sheet small enough is laid out compactly, to print on one page: every block flows on
+from the one before across section ends, in lines of COMPACT_WIDTH columns, each line
+with one row of section titles (a section's title above its first block); headers of
+three lines (the explanation stays the hover note of the name), lower rows and a smaller
+chart. The writer and the plan decide alike (`compact_fits`).
+
+The `hand` layout (sheet/hand_layout.py) writes like `cells` but sets every matrix product
+between live copies of its operands.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,7 +45,7 @@ from openpyxl.worksheet.worksheet import Worksheet
 from workbook_builder.engines.thirdparty import copy_style
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
-from workbook_builder.sheet.constants import add_constant_block
+from workbook_builder.sheet.constants import add_constant_block, constant_block_at
 from workbook_builder.sheet.declare import (
     Chart,
     Env,
@@ -52,7 +60,14 @@ from workbook_builder.sheet.declare import (
     text_of,
     vector_kind,
 )
-from workbook_builder.sheet.printing import EXPLANATION_PT, FONT_NAME, FONT_PT, PrintUnit
+from workbook_builder.sheet.printing import (
+    EXPLANATION_PT,
+    FONT_NAME,
+    FONT_PT,
+    MIN_SCALE,
+    PrintUnit,
+    printable,
+)
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 from workbook_builder.sheet.widths import fit_columns
 
@@ -83,6 +98,17 @@ MAX_WIDTH = 15
 # a chart is drawn with at most this many series of at most this many points each (8
 # queries over 16 keys); past that it would be a thicket, and the heatmap says more
 CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
+# the compact layout: lines as wide as one landscape A4 page at 89 % holds columns of 9
+# characters; rows as high as the 10 pt font needs; a chart of this many columns and rows
+COMPACT_WIDTH = 17
+COMPACT_HEADER_ROWS = 3  # name, equation, column labels
+COMPACT_ROW_PT = 12.75
+COMPACT_CHART = (7, 7)
+TITLE_ROWS = 3  # the sheet's title, subtitle and legend, 15 pt each
+WRAP_ROWS = 3  # room for section titles and equations that wrap onto a second line
+# the last row of a compact sheet that fits one landscape page at MIN_SCALE
+COMPACT_ROWS = TITLE_ROWS - WRAP_ROWS + int(
+    (printable("landscape")[1] * 100 / MIN_SCALE * 0.95 - TITLE_ROWS * 15.0) / COMPACT_ROW_PT)
 
 
 class SheetWriter:
@@ -116,6 +142,15 @@ class SheetWriter:
         # an input block this large (cells) and larger is kept as an array, not as cells
         # (`sheet/constants.py`); None: every input is cells
         self.array_block_cells: int | None = None
+        # None: decided by `write` (compact_fits); the plan that decides is told True
+        self.compact: bool | None = None
+        self._titles: list[tuple[int, str, bool]] = []  # the line's (column, title, bold)
+        self._pending_title: tuple[str, bool] | None = None
+        self._shaded_masks: set[str] = set()
+
+    @property
+    def header_rows(self) -> int:
+        return COMPACT_HEADER_ROWS if self.compact else HEADER_ROWS
 
     # -- sheet furniture -------------------------------------------------------------------
     def title(self, text: str, subtitle: str = "") -> None:
@@ -141,26 +176,79 @@ class SheetWriter:
 
     # -- declared sections -----------------------------------------------------------------
     def write(self, sections: Iterable[Section], inputs: Mapping[str, np.ndarray]) -> None:
-        """Every section in order: its header line, then its bands."""
+        """Every section in order: its header line, then its bands; all of them flowing
+        in compact lines when the sheet is small enough (`compact_fits`)."""
+        sections = list(sections)
+        if self.compact is None:
+            self.compact = self.compact_fits(sections)
+        if self.compact:
+            self.max_width = COMPACT_WIDTH
+            self._write_compact(sections, inputs)
+            return
         for sec in sections:
-            title = sec.title(self.label_sets) if callable(sec.title) else \
-                text_of(sec.title, self.params)
-            self.text(title, bold=sec.bold)
+            self.text(self._section_title(sec), bold=sec.bold)
             for band in sec.bands:
                 self._band = [self.row, self.margin, self.row, self._take_glued(self.row)]
-                self._begin_band(band)
-                for item in band:
-                    if isinstance(item, Input):
-                        self._input(item, inputs.get(item.name))
-                    elif isinstance(item, Step):
-                        self._step(item)
-                    elif isinstance(item, Chart):
-                        self._chart(item)
-                    else:
-                        self._table(item)
-                self._close_unit()
-                self.row = self._band[2] + 2
-                self._band = None
+                self._band_items(band, inputs)
+                self._end_band()
+
+    def _section_title(self, sec: Section) -> str:
+        return sec.title(self.label_sets) if callable(sec.title) else \
+            text_of(sec.title, self.params)
+
+    def _band_items(self, band: Sequence, inputs: Mapping[str, np.ndarray]) -> None:
+        self._begin_band(band)
+        for item in band:
+            self._item(item, inputs)
+
+    def _end_band(self) -> None:
+        self._close_unit()
+        self.row = self._band[2] + 2
+        self._band = None
+
+    def _item(self, item, inputs: Mapping[str, np.ndarray]) -> None:
+        if isinstance(item, Input):
+            self._input(item, inputs.get(item.name))
+        elif isinstance(item, Step):
+            self._step(item)
+        elif isinstance(item, Chart):
+            self._chart(item)
+        else:
+            self._table(item)
+
+    def _write_compact(self, sections: list[Section], inputs: Mapping[str, np.ndarray]) -> None:
+        """Every block flowing on from the one before, across sections, in lines of
+        `max_width` columns; each section's title in its line's title row, above the
+        section's first block."""
+        top = self.row
+        self._band = [top + 1, self.margin, top + 1, self._take_glued(top)]
+        for sec in sections:
+            self._pending_title = (self._section_title(sec), sec.bold)
+            for band in sec.bands:
+                self._band_items(band, inputs)
+        self._end_band()
+
+    def compact_fits(self, sections: list[Section]) -> bool:
+        """Whether the compact layout of `sections` fits one landscape page: planned with
+        no cell written, stopped as soon as it grows past COMPACT_ROWS rows or
+        COMPACT_WIDTH columns."""
+        plan = self._compact_plan()
+        try:
+            plan._write_compact(sections, {})
+        except PlanBeyond:
+            return False
+        return plan.bottom <= COMPACT_ROWS and plan.right <= COMPACT_WIDTH
+
+    def _compact_plan(self) -> "SheetPlan":
+        plan = SheetPlan(self.params, self.label_sets, COMPACT_ROWS, COMPACT_WIDTH)
+        plan.compact, plan.max_width = True, COMPACT_WIDTH
+        return plan
+
+    def _line_title(self, left: int) -> None:
+        """The pending section title goes above the block placed at column `left`."""
+        if self._pending_title is not None:
+            self._titles.append((left, *self._pending_title))
+            self._pending_title = None
 
     def _begin_band(self, band: Sequence) -> None:
         """Called before a band's items are placed (the hand layout lines up their rows)."""
@@ -173,6 +261,22 @@ class SheetWriter:
         top, _, bottom, unit_top = self._band
         right = max(self.margin, self._band[1] - 2)
         self.units.append(PrintUnit(unit_top, bottom, right))
+        titles, self._titles = self._titles, []
+        for n, (left, text, bold) in enumerate(titles):  # each up to the next one
+            last = titles[n + 1][0] - 2 if n + 1 < len(titles) else right
+            self._section_cell(top - 1, left, max(left, last), text, bold)
+
+    def _section_cell(self, row: int, left: int, right: int, text: str, bold: bool) -> None:
+        """A section's title in a compact line's title row, wrapped across its columns."""
+        cell = write_text(self.ws, row, left, text)
+        cell.font = BOLD_FONT if bold else TEXT_FONT
+        cell.alignment = Alignment(wrap_text=True, vertical="bottom")  # on its blocks
+        if right > left:
+            self.ws.merge_cells(start_row=row, start_column=left, end_row=row,
+                                end_column=right)
+        lines = wrapped_lines(text, right - left + 1, FONT_PT)
+        current = self.ws.row_dimensions[row].height or COMPACT_ROW_PT
+        self.ws.row_dimensions[row].height = max(current, lines * COMPACT_ROW_PT)
 
     def _room(self, width: int) -> None:
         """Start a new line of the band when `width` more columns would make it wider
@@ -181,8 +285,9 @@ class SheetWriter:
                 self._band[1] - 1 + width <= self.max_width:
             return
         self._close_unit()
-        top = self._band[2] + 2
-        self._band[:] = [top, self.margin, top, top]
+        # a compact line's first row holds its section titles, and parts it from the last
+        top = self._band[2] + (1 if self.compact else 2)
+        self._band[:] = [top + self.compact, self.margin, top + self.compact, top]
 
     def _labels(self, spec: Labels | None, count: int, derived: Sequence | None) -> list:
         if spec is None:
@@ -268,7 +373,11 @@ class SheetWriter:
                 target = ws.cell(block.top + r, block.left + c)
                 target.number_format, target.fill = SKIP_FORMAT, SKIP_FILL
         if step.masked_by is not None:
-            self._shade_masked(block, self.blocks[step.masked_by])
+            mask = self.blocks[step.masked_by]
+            if mask.name not in self._shaded_masks:  # the mask's own 0s are what it masks
+                self._shaded_masks.add(mask.name)
+                self._shade_masked(mask, mask)
+            self._shade_masked(block, mask)
         if step.heatmap:
             ws.conditional_formatting.add(
                 block.whole().replace("$", ""),
@@ -293,6 +402,7 @@ class SheetWriter:
         with one empty column after it."""
         self._room(cols)
         top, left = self._band[0], self._band[1]
+        self._line_title(left)
         self._band[1] = left + cols + 1
         self._band[2] = max(self._band[2], top + rows - 1)
         return top, left
@@ -312,13 +422,14 @@ class SheetWriter:
         series = self._drawn_series(chart)
         if series is None:
             return
-        top, left = self._slot(chart.cols, chart.rows + 1)
+        cols, rows = self._chart_size(chart)
+        top, left = self._slot(cols, rows + 1)
         if not self.name_blocks:
             return
         write_text(self.ws, top, left, text_of(chart.title, self.params)).font = NAME_FONT
-        if chart.cols > 1:  # the title spans the chart (and the sheet's extent its slot)
+        if cols > 1:  # the title spans the chart (and the sheet's extent its slot)
             self.ws.merge_cells(start_row=top, start_column=left, end_row=top,
-                                end_column=left + chart.cols - 1)
+                                end_column=left + cols - 1)
         drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
         drawn.x_axis.title = chart.x_title or None
         drawn.y_axis.title = chart.y_title or None
@@ -332,8 +443,17 @@ class SheetWriter:
         drawn.y_axis.number_format = "General"  # not the cells' four decimals
         for one in series:
             drawn.series.append(self._chart_data(one, chart.kind))
-        drawn.width, drawn.height = chart.cols * 1.8, chart.rows * 0.53  # cm, as the cells
+        # a row in cm; a compact chart a little shorter than its rows, so that no edge of
+        # it spills over a page break under them
+        row_cm = 0.53 * (0.95 * COMPACT_ROW_PT / 15.0 if self.compact else 1)
+        drawn.width, drawn.height = cols * 1.8, rows * row_cm  # as the cells
         self.ws.add_chart(drawn, cell_ref(top + 1, left))
+
+    def _chart_size(self, chart: Chart) -> tuple[int, int]:
+        """Columns and rows of the chart (smaller in a compact line)."""
+        if self.compact:
+            return min(chart.cols, COMPACT_CHART[0]), min(chart.rows, COMPACT_CHART[1])
+        return chart.cols, chart.rows
 
     def _drawn_series(self, chart: Chart) -> list[Series] | None:
         """The chart's series, one per column (row) where an index is left open; None
@@ -393,8 +513,9 @@ class SheetWriter:
         else:
             self._room(cols + 1 + before)
             top, label_col = self._band[0], self._band[1]
-        block = Block(name, self.ws.title, top + HEADER_ROWS + above, label_col + 1 + before,
-                      rows, cols)
+            self._line_title(label_col)
+        block = Block(name, self.ws.title, top + self.header_rows + above,
+                      label_col + 1 + before, rows, cols)
         if self._band is None:
             self.units.append(PrintUnit(self._take_glued(top), block.bottom, block.right))
             self.row = block.bottom + 2
@@ -408,14 +529,16 @@ class SheetWriter:
                 before: int = 0) -> None:
         """Name, equation and explanation at the top left of the block's slot (`_place`'s
         `above` and `before`), then the corner and the labels beside the data."""
-        ws, top, left = self.ws, block.top - HEADER_ROWS - above, block.left - 1 - before
+        ws, top = self.ws, block.top - self.header_rows - above
+        left = block.left - 1 - before
         self.name_cells[block.name] = (top, left)
         name_cell = write_text(ws, top, left, block.name)
         name_cell.font = NAME_FONT
         self._wrapped(block, top + 1, equation, EQUATION_FONT, left)
         if explanation:
             name_cell.comment = Comment(explanation, "attnsheets", width=300, height=120)
-            self._wrapped(block, top + 2, explanation, EXPLANATION_FONT, left)
+            if not self.compact:  # a compact header keeps it as the note only
+                self._wrapped(block, top + 2, explanation, EXPLANATION_FONT, left)
         self._frame(block, corner, row_labels, col_labels)
 
     def _frame(self, block: Block, corner: str, row_labels: Sequence,
@@ -447,7 +570,8 @@ class SheetWriter:
         lines = wrapped_lines(text, block.right - label_col + 1, font.sz)
         if lines > 1 or font.sz < FONT_PT:
             current = self.ws.row_dimensions[row].height or 0
-            self.ws.row_dimensions[row].height = max(current, lines * font.sz * 1.3)
+            line_pt = COMPACT_ROW_PT if self.compact else font.sz * 1.3
+            self.ws.row_dimensions[row].height = max(current, lines * line_pt)
 
     def _name(self, block: Block, row_labels: list, col_labels: list,
               vector: str | None) -> None:
@@ -466,12 +590,43 @@ class SheetWriter:
         """Column widths that fit the numbers shown: `values` holds each block's numbers
         by name (inputs, and the reference's steps); without them, 4-decimal numbers. Text
         after the last unit (an exercise's notes) is a unit of its own."""
+        if values is not None:
+            self._whole_numbers_as_such(values)
         fit_columns(self.ws, self.blocks, self.labels, values)
         self.ws.freeze_panes = "A4"
         last = self.units[-1].bottom if self.units else 0
         if self.ws.max_row > last:
             self.units.append(PrintUnit(last + 1, self.ws.max_row, self.margin))
         self._wrap_text_rows()
+        if self.compact:  # every row under the title (a chart's too) as its text needs
+            for row in range(4, max([self.ws.max_row, *(u.bottom for u in self.units)]) + 1):
+                if self.ws.row_dimensions[row].height is None:
+                    self.ws.row_dimensions[row].height = COMPACT_ROW_PT
+
+    def _whole_numbers_as_such(self, values: Mapping[str, np.ndarray]) -> None:
+        """A block of whole numbers (a hand example's inputs and products, a mask) shows
+        them as 2 and −1, not 2.0000: General, which still shows the decimals of an
+        edited input."""
+        for name, block in self.blocks.items():
+            block_values = values.get(name)
+            if block.sheet != self.ws.title or block_values is None:
+                continue
+            block_values = np.asarray(block_values, dtype=float)
+            if block_values.size != block.rows * block.cols or \
+                    not np.all(np.isfinite(block_values)) or \
+                    not np.all(block_values == np.round(block_values)) or \
+                    np.abs(block_values).max() >= 1e9:
+                continue
+            array = constant_block_at(self.ws, block.top, block.left, block.bottom,
+                                      block.right)
+            if array is not None:  # one style for the whole block, no cells
+                if array.style.number_format == NUMBER_FORMAT:
+                    array.style.number_format = "General"
+                continue
+            for row in self.ws.iter_rows(block.top, block.bottom, block.left, block.right):
+                for cell in row:
+                    if cell.number_format == NUMBER_FORMAT:
+                        cell.number_format = "General"
 
     def _wrap_text_rows(self) -> None:
         """Each line of prose wrapped within its unit's columns (never printed past the
@@ -561,8 +716,12 @@ class SheetPlan(SheetWriter):
     def _chart(self, chart: Chart) -> None:
         if self._drawn_series(chart) is None:  # left out, as the writer leaves it
             return
-        top, left = self._slot(chart.cols, chart.rows + 1)
-        self._grow(top, left + chart.cols - 1)  # the title, merged across the chart's width
+        cols, rows = self._chart_size(chart)
+        top, left = self._slot(cols, rows + 1)
+        self._grow(top, left + cols - 1)  # the title, merged across the chart's width
+
+    def _section_cell(self, row: int, left: int, right: int, text: str, bold: bool) -> None:
+        self._grow(row, right)
 
     def _reserve(self, name: str, rows: int, cols: int, above: int = 0,
                  before: int = 0) -> Block:

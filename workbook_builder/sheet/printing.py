@@ -58,7 +58,8 @@ def printable(orientation: str) -> tuple[float, float]:
 def plan_pages(ws: Worksheet, units: list[PrintUnit],
                spans: Sequence[tuple[int, int]] = ()) -> tuple[str, int, list[int], list[int]]:
     """(orientation, scale %, rows after which a page ends, columns after which a page
-    ends) for `units`: as large as fits one page width, never under MIN_SCALE; row breaks
+    ends) for `units`: as large as fits one page width, or the whole sheet on one page
+    where that takes a scale still at MIN_SCALE or more, never under MIN_SCALE; row breaks
     packed greedily between units; column breaks only where a unit is wider than a page
     even at MIN_SCALE, never inside a block's column span (first, last) that fits a page
     where another column will do."""
@@ -70,6 +71,9 @@ def plan_pages(ws: Worksheet, units: list[PrintUnit],
     orientation = "portrait" if content <= portrait_w and tall else "landscape"
     page_w, page_h = printable(orientation)
     scale = max(MIN_SCALE, min(100, int(100 * page_w / content)))
+    height = sum(row_pt(ws, r) for r in range(1, units[-1].bottom + 1)) if units else 0.0
+    if height * scale / 100 > page_h * 0.95 >= height * MIN_SCALE / 100:
+        scale = int(100 * page_h * 0.95 / height)  # smaller, to print on one page
     # sheet points per page; a row's drawn height varies a little between applications
     fit_w, fit_h = page_w * 100 / scale, page_h * 100 / scale * 0.95
     rows, used, above = [], 0.0, 0

@@ -68,14 +68,14 @@ def fit_columns(ws: Worksheet, blocks: Mapping[str, Block], labels: Mapping[str,
         block_values = np.atleast_2d(np.asarray(block_values, dtype=float))
         if block_values.shape != (block.rows, block.cols):
             continue
-        number_format = _number_format(ws, block)
+        number_format = number_format_of(ws, block)
         for j in range(block.cols):
             need(block.left + j, shown_chars(block_values[:, j], number_format))
     for col, width in widths.items():
         ws.column_dimensions[get_column_letter(col)].width = width
 
 
-def _number_format(ws: Worksheet, block: Block) -> str:
+def number_format_of(ws: Worksheet, block: Block) -> str:
     """The format of the block's first cell, read without making a cell in an array block
     (a cell made there would turn the block back into cells)."""
     array = constant_block_at(ws, block.top, block.left, block.bottom, block.right)
