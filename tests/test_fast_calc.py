@@ -318,3 +318,37 @@ def test_empty_results_are_replaced_as_the_engine_replaces_them():
             replace_empty(result)
         assert type(got) is type(expected)
         assert repr(got) == repr(expected), result
+
+
+def test_index_gives_what_the_engines_own_index_gives(tmp_path):
+    """INDEX makes only the one-cell reference it picks (`thirdparty._index_by_cell`);
+    picked any other way, out of range, over a row, a block or two areas, it gives what
+    the released INDEX gives."""
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    for row in range(1, 6):
+        ws.cell(row, 1, row * 1.5)
+        ws.cell(row, 2, f"t{row}")
+        ws.cell(row, 3, -row)
+    formulas = ["=INDEX(A1:A5,3,1)", "=INDEX(A1:A5,3)", "=INDEX(A1:A5,9,1)",
+                "=INDEX(A1:A5,0,1)", "=SUM(INDEX(A1:C5,0,3))", "=INDEX(A1:C5,2,0)",
+                "=INDEX(A1:C5,2,2)", "=INDEX(A1:C1,1,3)", "=INDEX(A1:C1,2)",
+                "=INDEX(A1:A5,-1,1)", "=INDEX(A1:A5,A2,1)", '=INDEX(A1:A5,"x",1)',
+                "=INDEX(A1:A5,D1)+1", "=INDEX(A1:B5,5,2)", "=INDEX(A1:A5,1.9,1)"]
+    for row, formula in enumerate(formulas, start=1):
+        ws.cell(row, 5, formula)
+    ws["D1"] = 4
+    ws["F1"] = ArrayFormula("F1:F3", "=INDEX(A1:A5,{1;3;5},1)")
+    path = tmp_path / "index.xlsx"
+    wb.save(path)
+    assert_same_as_the_engines_own(path)
+    values = FormulasModel(path).evaluate()
+    assert [values[("SHEET", r, 5)] for r in (1, 2, 7)] == [4.5, 4.5, "t2"]
+    # picked by an array of rows, the engine keeps the one-cell references as values
+    assert [values[("SHEET", r, 6)].value[0, 0] for r in (1, 2, 3)] == [1.5, 4.5, 7.5]
+    ws["G1"] = "=INDEX((A1:A5,C1:C5),2,1,2)"  # two areas: the engine's model takes it
+    wb.save(path)
+    model = FormulasModel(path)
+    values, own = typed(model.evaluate()), typed(engines_own_values(path))
+    assert model._direct is None and model._ordered_calc is not None
+    assert all(values[c] == own[c] for c in formula_cells(path))

@@ -186,10 +186,90 @@ def _register_array_erf(formulas) -> None:
         functions["ERF"] = functions["_XLFN.ERF"] = array_erf
 
 
+class _CellReferences:
+    """What formulas 1.3's INDEX (`look.xindex`) builds of a range before picking from it:
+    an array of one-cell references (a `Ranges` each, with a copy of the range's values),
+    thousands per lookup into a column of embeddings. Here each is made when read, the
+    same object every time; indexed any other way than by two ints within the shape, the
+    whole array is made, as the original makes it, and indexed as numpy indexes it."""
+
+    def __init__(self, make, shape: tuple[int, int]):
+        self._make, self.shape = make, shape
+        self._made: dict[tuple[int, int], Any] = {}
+        self._whole = None
+
+    def _cell(self, row: int, col: int):
+        if (row, col) not in self._made:
+            self._made[row, col] = self._make(row, col)
+        return self._made[row, col]
+
+    def __getitem__(self, key):
+        if type(key) is tuple and len(key) == 2 and all(type(i) is int for i in key) and \
+                0 <= key[0] < self.shape[0] and 0 <= key[1] < self.shape[1]:
+            return self._cell(*key)
+        if self._whole is None:
+            import numpy as np
+
+            self._whole = np.asarray([[self._cell(i, j) for j in range(self.shape[1])]
+                                      for i in range(self.shape[0])], object)
+        return self._whole[key]
+
+
+def _index_by_cell(array, row_num, col_num=None, area_num=1):
+    """formulas 1.3's `look.xindex` (INDEX), its one-cell references made only when picked
+    (`_CellReferences`); everything else as the original."""
+    import numpy as np
+    from formulas.functions import Array, look, parse_ranges
+    from formulas.ranges import Ranges
+    from formulas.tokens.operand import _index2col
+
+    if not isinstance(array, Ranges) or array.is_set:
+        return look.xindex(array, row_num, col_num, area_num)
+    base = array.ranges[0]
+    sheet_id = base["sheet_id"]
+    name = f"{sheet_id}!%s" if sheet_id else "%s"
+    value = Ranges((base,), array.values).value
+    top, left = int(base["r1"]), base["n1"]
+
+    def make(i: int, j: int):
+        row, col = top + i, left + j
+        letters = _index2col(col)
+        ref = f"{letters}{row}"
+        return Ranges(values=dict(array.values)).set_value({
+            "r1": row, "r2": row, "c1": letters, "c2": letters, "n1": col, "n2": col,
+            "ref": ref, "name": name % ref, "sheet_id": sheet_id}, value[i, j])
+
+    arrays = [_CellReferences(make, (int(base["r2"]) - top + 1, base["n2"] - left + 1))]
+    row_num, col_num, area_num = parse_ranges(row_num, col_num, area_num)[0]
+    result = np.vectorize(look._index, excluded={0}, otypes=[object])(
+        arrays, row_num, col_num, area_num, True, isinstance(row_num, np.ndarray))
+    if not result.shape or result.shape == (1, 1):
+        result = result.reshape(1, 1)
+        if isinstance(result[0, 0], np.ndarray):
+            result = result[0, 0]
+        elif isinstance(result[0, 0], Ranges):
+            return result[0, 0]
+    return result.view(Array)
+
+
+def _register_index_by_cell(formulas, use: bool) -> None:
+    """INDEX as `_index_by_cell` (`use`) or as released, through the public function
+    registry, wrapped as the library wraps its own."""
+    from formulas.functions import COMPILING, look, wrap_func, wrap_impure_func
+
+    functions = formulas.get_functions()
+    if not hasattr(look, "attnsheets_released_index"):
+        look.attnsheets_released_index = functions["INDEX"]
+    functions["INDEX"] = {
+        "extra_inputs": collections.OrderedDict([(COMPILING, False)]),
+        "function": wrap_impure_func(wrap_func(_index_by_cell, ranges=True)),
+    } if use else look.attnsheets_released_index
+
+
 def formulas_engine(shortcuts: bool | None = None):
     """The `formulas` module, quiet (no progress bar) and, within the known versions, with
-    the fast range assembly and the fast functions on plain numbers (fast_functions) in
-    place."""
+    the fast range assembly, INDEX by the picked cell and the fast functions on plain
+    numbers (fast_functions) in place."""
     import formulas
     import formulas.excel
     from formulas.cell import RangesAssembler
@@ -211,6 +291,8 @@ def formulas_engine(shortcuts: bool | None = None):
     from workbook_builder.engines import fast_functions
 
     fast_functions.install(formulas, known and use)
+    if known:
+        _register_index_by_cell(formulas, use)
     return formulas
 
 
