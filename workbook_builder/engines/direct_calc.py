@@ -393,6 +393,11 @@ class DirectCalculation:
         the boxes it reads."""
         owners = [np.full(shape, -1, np.int64) for shape in self._grid_shapes()]
         for index, (_, _, (sheet, r0, r1, c0, c1), _, _) in enumerate(self._formulas):
+            if r1 - r0 == c1 - c0 == 1:  # one cell: no array operation
+                if owners[sheet][r0, c0] != -1:
+                    raise CalculationRefused("two formulas fill one cell")
+                owners[sheet][r0, c0] = index
+                continue
             block = owners[sheet][r0:r1, c0:c1]
             if (block != -1).any():
                 raise CalculationRefused("two formulas fill one cell")
@@ -544,7 +549,7 @@ class DirectCalculation:
             if result is none:
                 raise CalculationRefused("a formula gave no value")
             nodes[key] = node = Ranges().set_value(rng, result)
-            array = node.values[rng["name"]][1]
+            array = node._value = node.values[rng["name"]][1]  # its `.value`, as above
             if array.dtype == object and r1 - r0 == c1 - c0 == 1:
                 grids[sheet][r0, c0] = array[0, 0]
             else:  # numbers of another dtype become Python numbers, as in the engine
