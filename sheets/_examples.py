@@ -4,10 +4,16 @@ tutorial's sentence, through a real model's layer 0 when its package is installe
 `wo-ai-ai` (the tutorial's 我/爱/AI, the numbers `reproduce` uses)."""
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workbook_builder.sheet import Example
+
+if TYPE_CHECKING:  # imported on first use (below), declared for readers and checkers
+    import workbook_builder.demo  # noqa: F401
+    import workbook_builder.models.loader  # noqa: F401
+    import workbook_builder.teaching.reproduce  # noqa: F401
 
 # the demo, the checkpoint loader and the tutorials are imported when an example is made:
 # a kind's module is imported by every command on its workbooks

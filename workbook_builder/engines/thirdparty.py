@@ -24,6 +24,8 @@ from typing import Any
 import openpyxl
 from openpyxl.cell.cell import Cell
 
+from workbook_builder.engines import fast_functions
+
 # the `formulas` engine draws a tqdm bar; tqdm reads TQDM_DISABLE when it is first imported
 os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -288,8 +290,6 @@ def formulas_engine(shortcuts: bool | None = None):
         RangesAssembler._original_push = RangesAssembler.push
     RangesAssembler.push = _push_smaller_side if use else RangesAssembler._original_push
     _register_array_erf(formulas)
-    from workbook_builder.engines import fast_functions
-
     fast_functions.install(formulas, known and use)
     if known:
         _register_index_by_cell(formulas, use)
