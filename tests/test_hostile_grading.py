@@ -513,7 +513,8 @@ def test_a_signal_during_build_leaves_no_temporary_file(tmp_path, signum, code, 
 
 
 def test_sigterm_during_class_leaves_nothing(tmp_path):
-    roster = write_roster(tmp_path, [f"s{n}" for n in range(30)])
+    # a class long enough that the signal always lands while it is being written
+    roster = write_roster(tmp_path, [f"s{n}" for n in range(200)])
     process, private = start(["class", "attention", "--roster", roster, "--out",
                               tmp_path / "class", "--exercise", "WEIGHTS", *SIZES], tmp_path)
     code, err = terminate_once(
