@@ -195,7 +195,8 @@ def measure_class(repeat: int, work: Path, tool: list[str]) -> dict:
 def table(rows: list[dict], repeat: int) -> str:
     lines = [f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
              f"{platform.python_version()}; medians of {repeat} pair(s) taking turns with "
-             f"LibreOffice; {time.strftime('%Y-%m-%d')}.", "",
+             f"LibreOffice; modules compiled to bytecode first, as installed; "
+             f"{time.strftime('%Y-%m-%d')}.", "",
              "| case | layout | formula cells | build s | check s | LibreOffice s | "
              "check / LO | build + check / LO | NumPy ms | check / NumPy | peak MB | target |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
