@@ -28,13 +28,15 @@ def assert_close(got, exp, what):
     assert error < RTOL, f"{what}: {error:.1e}"
 
 
-def save_gpt2(folder: Path, d: int, heads: int, layers: int, vocab: int) -> Path:
+def save_gpt2(folder: Path, d: int, heads: int, layers: int, vocab: int,
+              activation: str = "gelu_new") -> Path:
     """A seeded random GPT2LMHeadModel with LayerNorms and biases that tell."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=vocab, n_positions=32, n_embd=d, n_layer=layers,
-                        n_head=heads, bos_token_id=0, eos_token_id=0)
+                        n_head=heads, bos_token_id=0, eos_token_id=0,
+                        activation_function=activation)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config)
     with torch.no_grad():
@@ -108,6 +110,15 @@ def test_steps_equal_gpt2_decoding_with_its_cache(tmp_path):
     path = compare_with_gpt2(folder, tmp_path, 1, "cells", libreoffice=True)
     ran = cli("check", path, "--engine", "all")
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+@requires_transformers
+def test_layers_before_with_the_exact_gelu_equal_gpt2_decoding(tmp_path):
+    """X of layer 1 passes through layer 0's MLP: a GPT-2 configured with the exact (erf)
+    GELU is read with it, as decoder-block reads it."""
+    folder = save_gpt2(tmp_path / "gpt2-erf", d=8, heads=2, layers=2, vocab=32,
+                       activation="gelu")
+    compare_with_gpt2(folder, tmp_path, 1, "blocks", libreoffice=False)
 
 
 @requires_transformers
