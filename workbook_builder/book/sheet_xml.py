@@ -259,6 +259,8 @@ class _ArrayMembers:
     Only a row whose span holds nothing but those cells, each a bare value, in order, is
     left out; anything else stays for openpyxl."""
 
+    plain = True  # every row is read, as a candidate block's of plain numbers
+
     def __init__(self, top: int, left: int, bottom: int, right: int):
         self.top, self.left, self.bottom, self.right = top, left, bottom, right
         self.letters = [_letters(col) for col in range(left, right + 1)]
@@ -328,7 +330,7 @@ def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
         position = end
         row = int(xml[start + 8:number_end])
         for candidate in by_row.get(row, ()):
-            if getattr(candidate, "plain", True):
+            if candidate.plain:
                 candidate.take_row(row, xml, opened + 1, end)
     spans = sorted([span for c in candidates
                     if c.plain and len(c.values) == c.bottom - c.top + 1 for span in c.spans]
@@ -352,12 +354,11 @@ def load_with_constant_blocks(path: Path) -> Workbook:
     with zipfile.ZipFile(path) as book:
         candidates = _candidates(book)
         titles = {part: title for title, part in sheet_parts(book).items()}
-        sheets = {name: book.read(name) for name in titles}
         stripped = io.BytesIO()
         with zipfile.ZipFile(stripped, "w", zipfile.ZIP_STORED) as out:
             for info in book.infolist():
-                data = sheets.get(info.filename) or book.read(info.filename)
-                if info.filename in sheets:
+                data = book.read(info.filename)
+                if info.filename in titles:
                     mine = [c for c in candidates if c.sheet == titles[info.filename]]
                     data = _read_sheet(data.decode("utf-8"), mine).encode("utf-8")
                 out.writestr(info.filename, data)

@@ -31,6 +31,7 @@ from workbook_builder.engines import thirdparty
 from workbook_builder.engines.thirdparty import (
     CalculationRefused,
     _column_letters,
+    _column_number,
     _FormulaLoop,
     _independent_of_position,
     _sheet_name,
@@ -81,10 +82,7 @@ _letters = functools.lru_cache(maxsize=None)(_column_letters)
 
 def _corner(text: str) -> tuple[int, int]:
     letters, digits = _CELL.fullmatch(text).groups()
-    col = 0
-    for ch in letters:
-        col = col * 26 + ord(ch) - 64
-    return int(digits), col
+    return int(digits), _column_number(letters)
 
 
 class _RangeDicts:

@@ -388,8 +388,7 @@ def _solution_values(solution, skip: set[str] = frozenset(),
         if array.shape == (rows, cols):  # every cell has its value: the rows as lists
             for i, row in enumerate(array.tolist(), start=top):
                 for j, value in enumerate(row, start=left):
-                    values[(sheet, i, j)] = value.item() if isinstance(value, np.generic) \
-                        else value
+                    values[(sheet, i, j)] = _scalar(value)
             continue
         for i in range(rows):  # a value of another shape: the cells it covers, else None
             for j in range(cols):
