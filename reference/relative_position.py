@@ -14,7 +14,8 @@ T5 (transformers `T5Attention._relative_position_bucket` and `compute_bias`): B'
 d = |r| (bidirectional) or −min(r, 0) (causal);
 bucket = offset + d if d < e, else min(B' − 1, e + ⌊x_d⌋) with, in float32 as transformers,
   a = d/e,  ℓ = ln a,  c = ln(max_distance/e),  q = ℓ/c,  x = q·(B' − e)
-(every operation rounded to float32; the float32 log taken as the correctly rounded one).
+(every operation rounded to float32; the float32 log taken as the correctly rounded one,
+where transformers' bucket can be one higher at a whole x, depending on the CPU's log).
 BIAS_h[i,j] = BIAS_TABLE[bucket_ij, h];  S_h = Q_h·K_hᵀ + BIAS_h (T5 does not scale);
 causal mask with --causal.
 Then A_h = softmax(S_h) over the allowed keys, head_h = A_h·V_h, O = [head_1 … head_H]·W_O.
@@ -37,7 +38,9 @@ def t5_log_steps(distances: np.ndarray, max_exact: int, max_distance: int,
     """The float32 steps of T5's log buckets for distances ≥ max_exact."""
     f32 = np.float32
     ratio = distances.astype(f32) / f32(max_exact)           # relative_position.float() / e
-    log_ratio = np.log(ratio.astype(np.float64)).astype(f32)  # torch.log, float32
+    # ln in float64 rounded once: the correctly rounded float32 log (torch.log's float32 log,
+    # which transformers floors, can be one unit in the last place off, depending on the CPU)
+    log_ratio = np.log(ratio.astype(np.float64)).astype(f32)
     log_range = f32(np.log(max_distance / max_exact))       # the Python float, as float32
     fraction = log_ratio / log_range
     log_bin = fraction * f32(log_buckets)

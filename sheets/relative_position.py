@@ -13,9 +13,13 @@ head's attention scores: ALiBi's fixed linear penalty or T5's learned, bucketed 
 T5's log buckets are computed in float32 by transformers (`relative_position.float()`); the
 sheet rounds each of those steps to float32 with f32(y) = (y − y·C) + y·C, C = 2^(p−24) + 1
 (Veltkamp's split: the nearest number with float32's 24 significant bits), so it floors the
-same numbers transformers floors. p is the spreadsheet's own precision, read by the formula:
-53 bits where 1 + 2⁻⁶⁰ = 1 (IEEE double: Excel, LibreOffice, `formulas`), 64 bits in
-Gnumeric, whose arithmetic is long double.
+correctly rounded float32 values, the ones a user can check by hand: the log is LN in the
+spreadsheet's precision rounded once. p is the spreadsheet's own precision, read by the
+formula: 53 bits where 1 + 2⁻⁶⁰ = 1 (IEEE double: Excel, LibreOffice, `formulas`), 64 bits in
+Gnumeric, whose arithmetic is long double. torch's float32 log, which transformers floors, is
+not always correctly rounded and its last bit depends on the CPU; where x is a whole number in
+exact arithmetic that bit decides the floor, and transformers' bucket can be one higher than
+the sheet's (10 distances on the 11,567-setting test grid, with torch 2.13).
 """
 
 from dataclasses import dataclass, field
@@ -168,9 +172,10 @@ def float32_table() -> list[Step]:
                  per_cell=True),
              "relative_position.float() / max_exact: float32, like every step of this "
              "table.", **table),
-        # ℓ_d = f32(ln a_d)
+        # ℓ_d = f32(ln a_d): ln in the engine's precision, rounded once (correctly rounded)
         Step("LOG_RATIO", "ℓ = f32(ln a)", Map("=" + f32("LN({A})"), per_cell=True, A="RATIO"),
-             "torch.log in float32.", **table),
+             "ln a rounded once to float32: the correctly rounded float32 log. torch.log in "
+             "float32 can be one unit in the last place off, depending on the CPU.", **table),
         # q_d = f32(ℓ_d / c)
         Step("LOG_FRACTION", "q = f32(ℓ / c)", Map("=" + f32("{L}/{C}"), per_cell=True,
                                                     L="LOG_RATIO", C="LOG_RANGE"),
@@ -218,6 +223,12 @@ def bucket_row(i, env):
             f"IF({large}<{last},{large},{last}))")
 
 
+# measured by tests/test_relative_position.py's grid test (torch 2.13, every CPU capability)
+TRANSFORMERS_AT_BOUNDARIES = (
+    " Where x is a whole number in exact arithmetic, transformers' bucket can be one higher, "
+    "depending on the CPU's float32 log: at 10 distances of the 11,567 settings tested.")
+
+
 def bucket_step(p) -> Step:
     last, half = p.direction_buckets - 1, p.direction_buckets
     rule = f"d if d < {{max_exact}} else min({last}, {{max_exact}} + ⌊x_d⌋)"
@@ -226,7 +237,8 @@ def bucket_step(p) -> Step:
                                            per_row=bucket_row),
                 "T5's bucket of each offset: one per distance below max_exact, then "
                 "logarithmically wider ones up to max_distance." +
-                ("" if p.causal else " Keys after the query use the upper half."),
+                ("" if p.causal else " Keys after the query use the upper half.") +
+                TRANSFORMERS_AT_BOUNDARIES,
                 row_labels=_positions, col_labels=_positions, corner="i\\j",
                 number_format="0")
 
@@ -365,6 +377,9 @@ class RelativePosition(Kind):
 
 
 # sheet text in Chinese (workbook_builder/teaching/i18n.py)
+TRANSFORMERS_AT_BOUNDARIES_ZH = (
+    "当 x 在精确运算下恰为整数时，transformers 的桶可能大 1，取决于 CPU 上 float32 对数的结果："
+    "在测试的 11,567 组设置中出现在 10 个距离上。")
 RelativePosition.translations = {"zh": {
     "relative position bias on the scores: ALiBi slopes or T5 buckets (--bias)":
         "加在分数上的相对位置偏置：ALiBi 斜率或 T5 分桶（--bias）",
@@ -397,20 +412,24 @@ RelativePosition.translations = {"zh": {
     "float32.": "对数分桶所覆盖范围的对数；transformers 把这个 Python 浮点数转成 float32。",
     "relative_position.float() / max_exact: float32, like every step of this table.":
         "relative_position.float() / max_exact：与本表每一步一样，用 float32 计算。",
-    "torch.log in float32.": "float32 下的 torch.log。",
+    "ln a rounded once to float32: the correctly rounded float32 log. torch.log in float32 "
+    "can be one unit in the last place off, depending on the CPU.":
+        "ln a 只舍入一次到 float32：即正确舍入的 float32 对数。float32 下的 torch.log "
+        "可能在最后一位上差一个单位，取决于 CPU。",
     "How far along the log range distance d lies.": "距离 d 在对数范围中所处的位置。",
     "Log buckets above max_exact before flooring; float32 decides the floor where x is a "
     "whole number in exact arithmetic.":
         "取整之前、max_exact 之上的对数桶数；当精确计算下 x 恰为整数时，由 float32 的舍入"
         "决定向下取整的结果。",
     "T5's bucket of each offset: one per distance below max_exact, then logarithmically "
-    "wider ones up to max_distance.":
+    "wider ones up to max_distance." + TRANSFORMERS_AT_BOUNDARIES:
         "T5 为每个相对位置分配的桶：距离小于 max_exact 时每个距离一个桶，之后桶按对数变宽，"
-        "直到 max_distance。",
+        "直到 max_distance。" + TRANSFORMERS_AT_BOUNDARIES_ZH,
     "T5's bucket of each offset: one per distance below max_exact, then logarithmically "
-    "wider ones up to max_distance. Keys after the query use the upper half.":
+    "wider ones up to max_distance. Keys after the query use the upper half." +
+    TRANSFORMERS_AT_BOUNDARIES:
         "T5 为每个相对位置分配的桶：距离小于 max_exact 时每个距离一个桶，之后桶按对数变宽，"
-        "直到 max_distance。查询之后的键使用上半部分的桶。",
+        "直到 max_distance。查询之后的键使用上半部分的桶。" + TRANSFORMERS_AT_BOUNDARIES_ZH,
     "Head {h} — scores, position bias, softmax, A·V":
         "Step 4：头 {h} — 分数、位置偏置、Softmax 归一化、加权求和",
     "ALiBi: a penalty growing linearly with the distance, at this head's slope.":
