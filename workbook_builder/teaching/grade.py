@@ -31,9 +31,11 @@ from workbook_builder.checking.check import (
     read_inputs,
     require_engine,
 )
-from workbook_builder.checking.names import find_block
+from workbook_builder.checking.names import NamedRange
+from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
+from workbook_builder.teaching.exercise import ExerciseSpec
 from workbook_builder.teaching.record import (
     StudentRecord,
     by_digest,
@@ -116,6 +118,17 @@ class _Returned:
         self.wb = open_workbook(path)
         self.saved = open_workbook(path, data_only=True) if engine is None else None
         self._evaluated: list[dict] = []
+        self._placements: dict[tuple, Placement] = {}
+
+    def placement(self, kind, params, layout: str, exercise: ExerciseSpec | None = None
+                  ) -> Placement:
+        """The file held to the layout of these parameters (`hold_to_layout`): the places
+        read, and every name or sheet that differs."""
+        key = (kind.name, repr(params), layout, exercise)
+        if key not in self._placements:
+            self._placements[key] = hold_to_layout(self.wb, kind, params, layout, exercise,
+                                                   self.path, key_any_state=True)
+        return self._placements[key]
 
     def evaluated(self) -> dict:
         if not self._evaluated:
@@ -128,14 +141,16 @@ class _Returned:
             value = self.evaluated().get((sheet.upper(), row, col))
         return value
 
-    def inputs(self, kind, params) -> dict[str, np.ndarray]:
+    def inputs(self, kind, params, layout: str) -> dict[str, np.ndarray]:
+        """The input blocks where the layout puts them."""
         return read_inputs(self.wb, kind, params, self.path,
                            self.evaluated if self.saved is None else
-                           lambda: _saved_or_evaluated(self.saved, self.evaluated))
+                           lambda: _saved_or_evaluated(self.saved, self.evaluated),
+                           self.placement(kind, params, layout).places)
 
-    def score(self, step: str, answer: np.ndarray, tolerance: float) -> tuple[int, int]:
-        """(cells within `tolerance` of `answer`, cells) of the block named `step`."""
-        where = find_block(self.wb, step, self.path, answer.shape)
+    def score(self, where: NamedRange, answer: np.ndarray,
+              tolerance: float) -> tuple[int, int]:
+        """(cells within `tolerance` of `answer`, cells) of the block at `where`."""
         ws = self.wb[where.sheet]
         in_array = array_members(ws, where)
         correct = 0
@@ -159,10 +174,28 @@ def _grade(returned: _Returned, grade: Grade) -> None:
         raise UserError(f"{path} is an attnsheets workbook but not an exercise (an answer "
                         f"key?)")
     kind, params = spec_kind_params(spec)
-    expected = kind.reference(returned.inputs(kind, params), params)
+    expected = kind.reference(returned.inputs(kind, params, spec.layout), params)
+    placement = returned.placement(kind, params, spec.layout, spec.exercise)
+    grade.changes += _placement_changes(placement)
     for step in spec.exercise.steps:
-        grade.steps[step] = returned.score(step, np.asarray(expected[step], float),
-                                           spec.exercise.tolerance)
+        grade.steps[step] = _score(returned, placement, step,
+                                   np.asarray(expected[step], float), spec.exercise.tolerance)
+
+
+def _score(returned: _Returned, placement: Placement, step: str, answer: np.ndarray,
+           tolerance: float) -> tuple[int, int]:
+    """The step's score where the layout puts it; 0 when its name points elsewhere or into
+    a hidden sheet (`_placement_changes` says why)."""
+    if step in placement.misplaced or step not in placement.places:
+        return 0, answer.size
+    return returned.score(placement.places[step], answer, tolerance)
+
+
+def _placement_changes(placement: Placement) -> list[str]:
+    """Sheets added or hidden, and names of inputs and steps not where the layout puts
+    them (the self-check's counts are not graded)."""
+    return placement.sheets + [problem for name, problem in placement.misplaced.items()
+                               if not name.startswith("CHECK_")]
 
 
 def _grade_from_record(returned: _Returned, grade: Grade,
@@ -188,14 +221,13 @@ def _grade_from_record(returned: _Returned, grade: Grade,
     if holder is not None and holder is not record:
         changes.append(f"inputs are those of student {holder.student}")
     changes += _about_changes(returned, record)
+    placement = returned.placement(kind, params, record.layout,
+                                   ExerciseSpec(record.steps, record.tolerance))
+    changes += _placement_changes(placement)
     expected = kind.reference(recorded, params)
     for step in record.steps:
-        answer = np.asarray(expected[step], float)
-        try:
-            grade.steps[step] = returned.score(step, answer, record.tolerance)
-        except UserError:
-            grade.steps[step] = (0, answer.size)
-            changes.append(f"step {step} moved, resized or deleted")
+        grade.steps[step] = _score(returned, placement, step,
+                                   np.asarray(expected[step], float), record.tolerance)
 
 
 def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
@@ -210,7 +242,7 @@ def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
             continue
         tried.append((record.kind, record.params))
         try:
-            inputs = returned.inputs(*record.kind_params())
+            inputs = returned.inputs(*record.kind_params(), record.layout)
         except UserError:
             continue
         return inputs, inputs_digest(inputs)
