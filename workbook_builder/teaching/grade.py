@@ -15,6 +15,7 @@ blanks and error values are wrong. Answers are from the inputs alone: a wrong WE
 not carried forward into OUTPUT, matching the in-sheet self-check.
 """
 
+import collections
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,16 @@ class Grade:
     name: str = ""  # from the manifest
     verified: bool = False  # graded against the teacher's manifest
     changes: list[str] = field(default_factory=list)  # how the file differs from it
+    given: int = 1  # times the file was named (folders included): graded once
+    same_as: str = ""  # an earlier file of the same student, the one counted
+
+    @property
+    def notes(self) -> list[str]:
+        """Duplicates: a file named again, a student's second file."""
+        notes = [f"given {self.given} times; graded once"] if self.given > 1 else []
+        if self.same_as:
+            notes.append(f"same student {self.student} as {self.same_as}; counted once")
+        return notes
 
     @property
     def correct(self) -> int:
@@ -305,7 +316,7 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
         score = f"{100 * g.correct / g.total:.1f}" if g.total and not g.problem else ""
         rows.append([g.student, g.name, g.file, g.kind, *cells,
                      g.correct if not g.problem else "", g.total if not g.problem else "",
-                     score, g.problem or "; ".join(g.changes),
+                     score, g.problem or "; ".join(g.changes + g.notes),
                      "yes" if g.verified else "no (no manifest)"])
     write_csv(out, ["student", "name", "file", "kind", *steps, "correct", "total", "score",
                     "problem", "verified"], rows, force)
@@ -316,14 +327,28 @@ def grade_all(paths: list[Path], out: Path | None, force: bool,
     """Grade every file (a file that cannot be graded gets a row with its problem), and
     write the CSV when asked. `engine`: recalculate formula cells with it (see grade_file).
     `manifest`: the class's manifest.json (or its folder), against which every file is
-    graded and verified."""
+    graded and verified. A file named more than once is graded once; a student's second
+    file is graded, and marked `same_as` the first (which alone counts in a summary)."""
     students = read_record(manifest) if manifest is not None else None
     files = collect_files(paths)
     if out is not None and out.exists() and not force:  # refuse before the work
         raise UserError(f"{out} already exists; pass --force to replace it")
     if engine is not None:
         require_engine(engine)
+    given = collections.Counter(path.resolve() for path in files)
+    unique: dict[Path, Path] = {}
+    for path in files:
+        unique.setdefault(path.resolve(), path)
+    files = list(unique.values())
     grades = [grade_file(path, engine, students) for path in files]
+    counted: dict[str, Grade] = {}
+    for path, grade in zip(files, grades, strict=True):
+        grade.given = given[path.resolve()]
+        if grade.problem:
+            continue
+        first = counted.setdefault(grade.student, grade)
+        if first is not grade:
+            grade.same_as = first.file
     if out is not None:
         write_grades(grades, out, force)
     return grades
