@@ -59,8 +59,8 @@ def hold_to_layout(wb: Workbook, kind, params, layout: str, exercise: ExerciseSp
                 placement.sheets.append(f"sheet {title!r} is {_hidden(state)}")
         elif not (key and title == KEY_SHEET):
             expected = ", ".join(repr(t) for t in shown + [KEY_SHEET] * key)
-            placement.sheets.append(f"sheet {title!r} added (a {kind.name} workbook has "
-                                    f"{expected})")
+            placement.sheets.append(f"sheet {title!r} added (a workbook of kind "
+                                    f"{kind.name} has {expected})")
     for name, planned in places.items():
         problem = _name_problem(wb, planned, states)
         if problem:
