@@ -309,6 +309,7 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
         return cache[0]
 
     placement = hold_to_layout(wb, kind, params, spec.layout, None, path)
+    _refuse_unreadable_names(wb, placement, path)
     places = placement.places
     inputs = read_inputs(wb, kind, params, path, evaluated, places)
     expected = expected_steps(kind, params, inputs)
@@ -321,6 +322,13 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
     report.steps = placement_results(placement, report.steps)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _refuse_unreadable_names(wb: Workbook, placement: Placement, path: Path) -> None:
+    """A name missing, or not one range on a sheet the file has, is not a workbook of this
+    kind: one line, exit 2 (`find_name`), before any engine runs."""
+    for name in placement.misplaced:
+        find_name(wb, name, path)
 
 
 def placement_results(placement: Placement, steps: list[StepResult]) -> list[StepResult]:
@@ -349,6 +357,7 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
     CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
     exercise: ExerciseSpec = spec.exercise
     placement = hold_to_layout(wb, kind, params, spec.layout, exercise, path)
+    _refuse_unreadable_names(wb, placement, path)
     places = placement.places
     inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path, wb), places)
     expected = expected_steps(kind, params, inputs)
