@@ -21,6 +21,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.book.files import open_workbook
 from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
 from workbook_builder.checking.names import NamedRange, find_block, find_name
+from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.engines.formulas_engine import CellValues, evaluate_with_formulas
 from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
 from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
@@ -134,12 +135,14 @@ class CheckReport:
 
 
 def read_inputs(wb: Workbook, kind, params, path: Path,
-                evaluated: Callable[[], CellValues]) -> dict[str, np.ndarray]:
+                evaluated: Callable[[], CellValues],
+                places: dict[str, NamedRange] | None = None) -> dict[str, np.ndarray]:
     """The input blocks as they are now; a cell holding a formula takes its evaluated value.
-    Text, blanks and error values are refused with the cell's address."""
+    Text, blanks and error values are refused with the cell's address. `places`: where
+    the layout puts each block (`hold_to_layout`), read instead of where the names point."""
     inputs = {}
     for name, shape in kind.input_shapes(params).items():
-        where = find_block(wb, name, path, shape)
+        where = find_block(wb, name, path, shape) if places is None else places[name]
         ws = wb[where.sheet]
         array = constant_block_at(ws, where.top, where.left, where.bottom, where.right)
         if array is not None:  # plain numbers, checked finite when read
@@ -305,17 +308,44 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
             cache.append(evaluate(path, wb))
         return cache[0]
 
-    inputs = read_inputs(wb, kind, params, path, evaluated)
+    placement = hold_to_layout(wb, kind, params, spec.layout, None, path)
+    _refuse_unreadable_names(wb, placement, path)
+    places = placement.places
+    inputs = read_inputs(wb, kind, params, path, evaluated, places)
     expected = expected_steps(kind, params, inputs)
-    places = {name: find_name(wb, name, path) for name in expected}
     values = evaluated()
     progress(f"comparing {len(expected)} steps of {path.name}")
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
     ranges = {ws.title: array_ranges(ws) for ws in wb.worksheets}
     for name, block in expected.items():
         report.steps.append(compare_block(places[name], block, values, wb, ranges))
+    report.steps = placement_results(placement, report.steps)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _refuse_unreadable_names(wb: Workbook, placement: Placement, path: Path) -> None:
+    """A name missing, or not one range on a sheet the file has, is not a workbook of this
+    kind: one line, exit 2 (`find_name`), before any engine runs."""
+    for name in placement.misplaced:
+        find_name(wb, name, path)
+
+
+def placement_results(placement: Placement, steps: list[StepResult]) -> list[StepResult]:
+    """The step results, each step whose name is not where the layout puts it failed with
+    the reason; then a failed row for each other name (an input's, a self-check's) and each
+    sheet added, hidden or missing."""
+    compared = {step.name for step in steps}
+    for step in steps:
+        problem = placement.misplaced.get(step.name)
+        if problem:
+            step.passed = False
+            step.problem = problem + (f"; {step.problem}" if step.problem else "")
+    others = [StepResult(name, 0, None, "", 0.0, False, problem)
+              for name, problem in placement.misplaced.items() if name not in compared]
+    sheets = [StepResult("sheets", 0, None, "", 0.0, False, problem)
+              for problem in placement.sheets]
+    return sheets + others + steps
 
 
 def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, evaluate: Engine,
@@ -326,12 +356,14 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
     hidden key must equal it (so the self-check compares with right answers), and every
     CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
     exercise: ExerciseSpec = spec.exercise
-    inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path, wb))
+    placement = hold_to_layout(wb, kind, params, spec.layout, exercise, path)
+    _refuse_unreadable_names(wb, placement, path)
+    places = placement.places
+    inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path, wb), places)
     expected = expected_steps(kind, params, inputs)
-    places = {name: find_name(wb, name, path) for name in expected}
     with tempfile.TemporaryDirectory(prefix="attnsheets-check-") as tmp:
         filled = Path(tmp) / path.name
-        filled_copy(path, filled, exercise, expected)
+        filled_copy(path, filled, exercise, expected, places)
         values = evaluate(filled, None)
     report = CheckReport(str(path), kind.name, spec.params, spec.layout, engine)
     ranges = {ws.title: array_ranges(ws) for ws in wb.worksheets}
@@ -346,8 +378,9 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
             report.steps.append(compare_block(key_range(places[name]), block, values, wb,
                                               ranges))
         for step in exercise.steps:
-            where = find_name(wb, f"CHECK_{step}", path)
+            where = places.get(f"CHECK_{step}") or find_name(wb, f"CHECK_{step}", path)
             report.steps.append(compare_block(where, np.array([[expected[step].size]], float),
                                               values))
+    report.steps = placement_results(placement, report.steps)
     report.seconds = time.perf_counter() - started
     return report

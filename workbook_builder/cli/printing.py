@@ -78,14 +78,18 @@ def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
         else:
             steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
             changed = f"  CHANGED: {printable('; '.join(g.changes))}" if g.changes else ""
+            changed += f"  ({printable('; '.join(g.notes))})" if g.notes else ""
             lines.append(f"{student:<{width}}  {g.correct}/{g.total} "
                          f"({100 * g.correct / g.total:.0f}%)  {steps}{changed}")
     graded = [g for g in grades if not g.problem]
-    scores = [100 * g.correct / g.total for g in graded if g.total]
+    counted = [g for g in graded if not g.same_as]  # each student once
+    scores = [100 * g.correct / g.total for g in counted if g.total]
     summary = f"graded {len(graded)} of {len(grades)} files"
+    if len(counted) < len(graded):
+        summary += f" ({len(counted)} students)"
     if scores:
         summary += (f"; mean score {np.mean(scores):.1f}%, full marks "
-                    f"{sum(g.correct == g.total for g in graded)}")
+                    f"{sum(g.correct == g.total for g in counted)}")
     if grades and all(g.verified for g in grades):
         summary += (f"; verified against the manifest, {sum(bool(g.changes) for g in graded)}"
                     f" file(s) differ from it")

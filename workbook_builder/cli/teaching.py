@@ -129,6 +129,9 @@ def cmd_grade(args) -> bool:
         elif grade.changes:
             print(f"attnsheets: {grade.file}: {printable('; '.join(grade.changes))}",
                   file=sys.stderr)
+        if grade.notes:
+            print(f"attnsheets: {printable(grade.file)}: {printable('; '.join(grade.notes))}",
+                  file=sys.stderr)
     lines, summary = format_grades(grades)
     print(f"found {len(grades)} workbook(s) to grade in "
           f"{', '.join(map(str, args.paths))} (subfolders included)")

@@ -52,11 +52,41 @@ FORMULAS_VERSIONS = ("1.3.4", "1.4")
 
 
 def load_workbook(path, **options):
-    """openpyxl.load_workbook, without its warning about a missing default cell style:
-    files saved by Gnumeric have none, and it says nothing about their contents."""
+    """openpyxl.load_workbook, without its warning about a missing default cell style
+    (files saved by Gnumeric have none, and it says nothing about their contents), and with
+    every number read as the number it is: openpyxl turns a number in a cell formatted as a
+    date or a time into a `datetime` (rounded to the millisecond), while every formula,
+    and an exercise's self-check, sees the number."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Workbook contains no default style")
-        return openpyxl.load_workbook(path, **options)
+        if not OPENPYXL_SHORTCUTS:
+            return _dates_as_numbers(openpyxl.load_workbook(path, **options))
+        from openpyxl.reader.excel import ExcelReader
+
+        class NumbersReader(ExcelReader):
+            def read_worksheets(self):
+                # openpyxl 3.1: the cell reader converts the numbers of the styles in
+                # these sets; with none, a number stays the float the file holds
+                self.wb._date_formats, self.wb._timedelta_formats = set(), set()
+                super().read_worksheets()
+
+        reader = NumbersReader(path, **options)
+        reader.read()
+        return reader.wb
+
+
+def _dates_as_numbers(wb):
+    """The public path: each date a cell holds converted back with the workbook's epoch
+    (to the millisecond openpyxl kept; a read-only workbook's cells are left as read)."""
+    if getattr(wb, "read_only", False):
+        return wb
+    from openpyxl.utils.datetime import to_excel
+
+    for ws in wb.worksheets:
+        for cell in stored_cells(ws, shortcuts=False):
+            if cell.data_type == "d" and cell.value is not None:
+                cell.value = to_excel(cell.value, wb.epoch)
+    return wb
 
 
 def _exact_number_text(value, original) -> str:

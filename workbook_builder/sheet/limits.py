@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE, HandTooLarge, plan_for
-from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond
+from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond, SheetPlan
 from workbook_builder.sheet.refs import name_destinations, parse_range
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
@@ -41,15 +42,42 @@ def plan_extent(kind, params, labels: list[str], exercise=None,
     first block outside Excel's grid or past `max_cells`, and in the hand layout
     HandTooLarge at the first block with a side over HAND_MAX_SIDE."""
     copies = 2 if exercise is not None and exercise.self_check else 1
-    plan = plan_for(layout)(params, kind.label_sets(params, labels), EXCEL_ROWS, EXCEL_COLS,
-                            None if max_cells is None else max_cells // copies)
-    plan.write(kind.sections(params), {})
+    plan = _plan(kind, params, labels, layout, EXCEL_ROWS, EXCEL_COLS,
+                 None if max_cells is None else max_cells // copies)
     rows, cols = plan.bottom, plan.right
     if exercise is not None:
         rows = max(rows, plan.row + 3 + len(exercise.steps))
         cols = max([cols] + [plan.blocks[s].right + 1 for s in exercise.steps
                              if s in plan.blocks])
     return Extent(rows, cols, plan.cells * copies)
+
+
+def _plan(kind, params, labels: list[str], layout: str, *limits: int | None) -> SheetPlan:
+    """The writer's placement of the kind's sheet, no cell written (`limits`: SheetPlan's
+    max_rows, max_cols and max_cells)."""
+    plan = plan_for(layout)(params, kind.label_sets(params, labels), *limits)
+    plan.write(kind.sections(params), {})
+    return plan
+
+
+def planned_places(kind, params, layout: str, exercise=None,
+                   labels: list[str] | None = None) -> dict[str, Block]:
+    """Every defined name the writer gives a workbook of these parameters, and the block it
+    covers there: each input and step on the kind's sheet and, in an exercise with its
+    self-check, each CHECK_<STEP> cell of the table under the blocks. `check` and `grade`
+    hold a file's names to it, as the size plan (`plan_extent`) does not need to."""
+    labels = kind.labels(params, None) if labels is None else labels  # places not texts
+    plan = _plan(kind, params, labels, layout)
+    sheet = kind.sheet_title
+    places = {name: dataclasses.replace(block, sheet=sheet)
+              for name, block in plan.blocks.items()}
+    if exercise is not None and exercise.self_check:
+        # apply_exercise: a line of instructions, the self-check's title, legend and
+        # header, then one row per step with the count in column B
+        for n, step in enumerate(exercise.steps):
+            name = f"CHECK_{step}"
+            places[name] = Block(name, sheet, plan.row + 4 + n, 2, 1, 1)
+    return places
 
 
 def _flag(f: dataclasses.Field) -> str:

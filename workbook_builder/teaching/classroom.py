@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -225,11 +226,11 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
     _check_file_names(plan, roster)
     names = [name for _, *pair in plan for name in pair] + [MANIFEST, RECORD] + \
         ([SHARED] if given else [])
-    if not force:  # refuse before the work (and again, exclusively, when moving in)
-        for name in names:
-            if (out / name).exists():
-                raise UserError(f"{out / name} already exists; pass --force to replace the "
-                                f"class")
+    for name in names:  # refuse before the work (and again when moving in)
+        if not force and os.path.lexists(out / name):
+            raise UserError(f"{out / name} already exists; pass --force to replace the "
+                            f"class")
+        _check_replaceable(out / name)
     editions = {"exercise": _Edition(exercise), "key": _Edition(None)}
     manifest, records, problems = [], [], []
     with _staging(out) as staging, \
@@ -254,6 +255,23 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
         write_record(staging / RECORD, records, given)
         _move_in(staging, out, names, force)
     return ClassResult(out, len(plan), problems, time.perf_counter() - started)
+
+
+def _check_replaceable(path: Path) -> None:
+    """`--force` replaces the regular files a class is made of, never a folder, a link, a
+    FIFO or a device that has one of their names (it would be deleted with the staging
+    folder)."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{path} is a folder; --force replaces only files a class wrote, "
+                        f"never a folder: move it away first")
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{path} is not a regular file (a link, a FIFO or a device); --force "
+                        f"replaces only files a class wrote, never anything else: move it "
+                        f"away first")
 
 
 @contextlib.contextmanager
@@ -284,7 +302,8 @@ def _move_in(staging: Path, out: Path, names: list[str], force: bool) -> None:
     moved, set_aside = [], []
     try:
         for name in names:
-            if force and (out / name).exists():
+            if force and os.path.lexists(out / name):
+                _check_replaceable(out / name)
                 os.replace(out / name, old / name)
                 set_aside.append(name)
             move_into_place(staging / name, out / name, force=False)

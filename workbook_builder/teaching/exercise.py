@@ -161,11 +161,14 @@ def key_range(where, sheet: str = KEY_SHEET):
                       where.right)
 
 
-def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict) -> None:
-    """A copy of the exercise with the right answers typed into the exercise cells."""
+def filled_copy(path: Path, target: Path, spec: ExerciseSpec, expected: dict,
+                places: dict[str, NamedRange] | None = None) -> None:
+    """A copy of the exercise with the right answers typed into the exercise cells (at
+    `places`, where the layout puts them, when given; else where their names point)."""
     wb = load_workbook(path)
     for step in spec.steps:
-        where = find_block(wb, step, path, expected[step].shape)
+        where = find_block(wb, step, path, expected[step].shape) if places is None \
+            else places[step]
         ws = wb[where.sheet]
         for i in range(where.shape[0]):
             for j in range(where.shape[1]):

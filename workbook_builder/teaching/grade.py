@@ -15,6 +15,7 @@ blanks and error values are wrong. Answers are from the inputs alone: a wrong WE
 not carried forward into OUTPUT, matching the in-sheet self-check.
 """
 
+import collections
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,11 @@ from workbook_builder.checking.check import (
     read_inputs,
     require_engine,
 )
-from workbook_builder.checking.names import find_block
+from workbook_builder.checking.names import NamedRange
+from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
+from workbook_builder.teaching.exercise import ExerciseSpec
 from workbook_builder.teaching.record import (
     StudentRecord,
     by_digest,
@@ -53,6 +56,16 @@ class Grade:
     name: str = ""  # from the manifest
     verified: bool = False  # graded against the teacher's manifest
     changes: list[str] = field(default_factory=list)  # how the file differs from it
+    given: int = 1  # times the file was named (folders included): graded once
+    same_as: str = ""  # an earlier file of the same student, the one counted
+
+    @property
+    def notes(self) -> list[str]:
+        """Duplicates: a file named again, a student's second file."""
+        notes = [f"given {self.given} times; graded once"] if self.given > 1 else []
+        if self.same_as:
+            notes.append(f"same student {self.student} as {self.same_as}; counted once")
+        return notes
 
     @property
     def correct(self) -> int:
@@ -116,6 +129,17 @@ class _Returned:
         self.wb = open_workbook(path)
         self.saved = open_workbook(path, data_only=True) if engine is None else None
         self._evaluated: list[dict] = []
+        self._placements: dict[tuple, Placement] = {}
+
+    def placement(self, kind, params, layout: str, exercise: ExerciseSpec | None = None
+                  ) -> Placement:
+        """The file held to the layout of these parameters (`hold_to_layout`): the places
+        read, and every name or sheet that differs."""
+        key = (kind.name, repr(params), layout, exercise)
+        if key not in self._placements:
+            self._placements[key] = hold_to_layout(self.wb, kind, params, layout, exercise,
+                                                   self.path, key_any_state=True)
+        return self._placements[key]
 
     def evaluated(self) -> dict:
         if not self._evaluated:
@@ -128,14 +152,16 @@ class _Returned:
             value = self.evaluated().get((sheet.upper(), row, col))
         return value
 
-    def inputs(self, kind, params) -> dict[str, np.ndarray]:
+    def inputs(self, kind, params, layout: str) -> dict[str, np.ndarray]:
+        """The input blocks where the layout puts them."""
         return read_inputs(self.wb, kind, params, self.path,
                            self.evaluated if self.saved is None else
-                           lambda: _saved_or_evaluated(self.saved, self.evaluated))
+                           lambda: _saved_or_evaluated(self.saved, self.evaluated),
+                           self.placement(kind, params, layout).places)
 
-    def score(self, step: str, answer: np.ndarray, tolerance: float) -> tuple[int, int]:
-        """(cells within `tolerance` of `answer`, cells) of the block named `step`."""
-        where = find_block(self.wb, step, self.path, answer.shape)
+    def score(self, where: NamedRange, answer: np.ndarray,
+              tolerance: float) -> tuple[int, int]:
+        """(cells within `tolerance` of `answer`, cells) of the block at `where`."""
         ws = self.wb[where.sheet]
         in_array = array_members(ws, where)
         correct = 0
@@ -159,10 +185,28 @@ def _grade(returned: _Returned, grade: Grade) -> None:
         raise UserError(f"{path} is an attnsheets workbook but not an exercise (an answer "
                         f"key?)")
     kind, params = spec_kind_params(spec)
-    expected = kind.reference(returned.inputs(kind, params), params)
+    expected = kind.reference(returned.inputs(kind, params, spec.layout), params)
+    placement = returned.placement(kind, params, spec.layout, spec.exercise)
+    grade.changes += _placement_changes(placement)
     for step in spec.exercise.steps:
-        grade.steps[step] = returned.score(step, np.asarray(expected[step], float),
-                                           spec.exercise.tolerance)
+        grade.steps[step] = _score(returned, placement, step,
+                                   np.asarray(expected[step], float), spec.exercise.tolerance)
+
+
+def _score(returned: _Returned, placement: Placement, step: str, answer: np.ndarray,
+           tolerance: float) -> tuple[int, int]:
+    """The step's score where the layout puts it; 0 when its name points elsewhere or into
+    a hidden sheet (`_placement_changes` says why)."""
+    if step in placement.misplaced or step not in placement.places:
+        return 0, answer.size
+    return returned.score(placement.places[step], answer, tolerance)
+
+
+def _placement_changes(placement: Placement) -> list[str]:
+    """Sheets added or hidden, and names of inputs and steps not where the layout puts
+    them (the self-check's counts are not graded)."""
+    return placement.sheets + [problem for name, problem in placement.misplaced.items()
+                               if not name.startswith("CHECK_")]
 
 
 def _grade_from_record(returned: _Returned, grade: Grade,
@@ -188,14 +232,13 @@ def _grade_from_record(returned: _Returned, grade: Grade,
     if holder is not None and holder is not record:
         changes.append(f"inputs are those of student {holder.student}")
     changes += _about_changes(returned, record)
+    placement = returned.placement(kind, params, record.layout,
+                                   ExerciseSpec(record.steps, record.tolerance))
+    changes += _placement_changes(placement)
     expected = kind.reference(recorded, params)
     for step in record.steps:
-        answer = np.asarray(expected[step], float)
-        try:
-            grade.steps[step] = returned.score(step, answer, record.tolerance)
-        except UserError:
-            grade.steps[step] = (0, answer.size)
-            changes.append(f"step {step} moved, resized or deleted")
+        grade.steps[step] = _score(returned, placement, step,
+                                   np.asarray(expected[step], float), record.tolerance)
 
 
 def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
@@ -210,7 +253,7 @@ def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
             continue
         tried.append((record.kind, record.params))
         try:
-            inputs = returned.inputs(*record.kind_params())
+            inputs = returned.inputs(*record.kind_params(), record.layout)
         except UserError:
             continue
         return inputs, inputs_digest(inputs)
@@ -273,7 +316,7 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
         score = f"{100 * g.correct / g.total:.1f}" if g.total and not g.problem else ""
         rows.append([g.student, g.name, g.file, g.kind, *cells,
                      g.correct if not g.problem else "", g.total if not g.problem else "",
-                     score, g.problem or "; ".join(g.changes),
+                     score, g.problem or "; ".join(g.changes + g.notes),
                      "yes" if g.verified else "no (no manifest)"])
     write_csv(out, ["student", "name", "file", "kind", *steps, "correct", "total", "score",
                     "problem", "verified"], rows, force)
@@ -284,14 +327,28 @@ def grade_all(paths: list[Path], out: Path | None, force: bool,
     """Grade every file (a file that cannot be graded gets a row with its problem), and
     write the CSV when asked. `engine`: recalculate formula cells with it (see grade_file).
     `manifest`: the class's manifest.json (or its folder), against which every file is
-    graded and verified."""
+    graded and verified. A file named more than once is graded once; a student's second
+    file is graded, and marked `same_as` the first (which alone counts in a summary)."""
     students = read_record(manifest) if manifest is not None else None
     files = collect_files(paths)
     if out is not None and out.exists() and not force:  # refuse before the work
         raise UserError(f"{out} already exists; pass --force to replace it")
     if engine is not None:
         require_engine(engine)
+    given = collections.Counter(path.resolve() for path in files)
+    unique: dict[Path, Path] = {}
+    for path in files:
+        unique.setdefault(path.resolve(), path)
+    files = list(unique.values())
     grades = [grade_file(path, engine, students) for path in files]
+    counted: dict[str, Grade] = {}
+    for path, grade in zip(files, grades, strict=True):
+        grade.given = given[path.resolve()]
+        if grade.problem:
+            continue
+        first = counted.setdefault(grade.student, grade)
+        if first is not grade:
+            grade.same_as = first.file
     if out is not None:
         write_grades(grades, out, force)
     return grades
