@@ -29,6 +29,10 @@ RTOL = 1e-9
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> Path:
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny") / "tiny-bert")
+
+
+def save_tiny_bert(folder: Path) -> Path:
     """A random 2-layer BERT (d = 8, 2 heads, FFN 12, exact GELU, eps 1e-12) saved with
     save_pretrained (config.json + model.safetensors) and a WordPiece tokenizer.json."""
     import torch
@@ -39,7 +43,6 @@ def tiny_bert(tmp_path_factory) -> Path:
     from tokenizers.processors import TemplateProcessing
     from transformers import BertConfig, BertModel
 
-    folder = tmp_path_factory.mktemp("tiny") / "tiny-bert"
     config = BertConfig(vocab_size=len(WORDS), hidden_size=8, num_hidden_layers=2,
                         num_attention_heads=2, intermediate_size=12,
                         max_position_embeddings=20, hidden_act="gelu", layer_norm_eps=1e-12)

@@ -97,6 +97,60 @@ def _exact_number_text(value, original) -> str:
     return original(value)
 
 
+# A font's children in the order of Excel's schema (CT_Font, as Microsoft's Open XML SDK
+# validates it); openpyxl 3.1 writes name, charset and family first and sz after color
+FONT_CHILDREN = ("b", "i", "strike", "condense", "extend", "outline", "shadow", "u",
+                 "vertAlign", "sz", "color", "name", "family", "charset", "scheme")
+FONT_ORDER_VERSIONS = ("3.1", "3.2")
+
+
+def _in_schema_order(tree):
+    """A <font> element with its children sorted into FONT_CHILDREN's order (stable:
+    anything else after them)."""
+    rank = {tag: i for i, tag in enumerate(FONT_CHILDREN)}
+    children = sorted(tree, key=lambda child: rank.get(child.tag.rpartition("}")[2], len(rank)))
+    for child in children:
+        tree.remove(child)
+        tree.append(child)
+    return tree
+
+
+def fonts_in_schema_order(save):
+    """`save` with openpyxl writing every <font> of styles.xml (cell fonts, the default
+    font, a conditional format's) with its children in the schema's order, the one
+    Microsoft's Open XML validator accepts (it rejects openpyxl's). Within
+    FONT_ORDER_VERSIONS of openpyxl only; elsewhere `save` as it is. The font's serialiser
+    is wrapped, not its list of children, which its hash and equality read; a subclass (a
+    rich-text run's font, another schema type) keeps its own order."""
+    @functools.wraps(save)
+    def saving(*args, **kwargs):
+        from openpyxl.styles.fonts import Font
+
+        if not within(openpyxl.__version__, *FONT_ORDER_VERSIONS) or \
+                set(Font.__elements__) != set(FONT_CHILDREN) or \
+                getattr(Font.to_tree, "in_schema_order", False):  # already, further out
+            return save(*args, **kwargs)
+        released = Font.to_tree
+
+        def to_tree(font, *tree_args, **tree_kwargs):
+            tree = released(font, *tree_args, **tree_kwargs)
+            return _in_schema_order(tree) if type(font) is Font else tree
+
+        to_tree.in_schema_order = True
+        own = Font.__dict__.get("to_tree")
+        Font.to_tree = to_tree
+        try:
+            return save(*args, **kwargs)
+        finally:
+            if own is None:
+                del Font.to_tree
+            else:
+                Font.to_tree = own
+
+    return saving
+
+
+@fonts_in_schema_order
 def save_workbook(wb, path, shortcuts: bool | None = None) -> None:
     """wb.save(path), every float written exactly. openpyxl 3.1 writes numbers with
     "%.16g" (its cell writer's `safe_string`), 16 significant digits, which can move a

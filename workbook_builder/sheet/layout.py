@@ -431,6 +431,8 @@ class SheetWriter:
             self.ws.merge_cells(start_row=top, start_column=left, end_row=top,
                                 end_column=left + cols - 1)
         drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
+        if chart.kind == "scatter":  # the schema requires a style: lines and markers
+            drawn.scatterStyle = "lineMarker"
         drawn.x_axis.title = chart.x_title or None
         drawn.y_axis.title = chart.y_title or None
         drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
