@@ -20,6 +20,7 @@ from workbook_builder.models.loader import (
     _short,
     _tensor,
     check_request,
+    refuse_unused_tensors,
 )
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import get_kind
@@ -35,6 +36,7 @@ def kv_cache_inputs(kind_name: str, path: str | Path, *, layer: int = 0, prefix:
     check_request(text, token_ids, layer)
     checkpoint = read_checkpoint(Path(path))
     base = _prefix(checkpoint, _family(checkpoint, (GPT2,)), prefix)
+    refuse_unused_tensors(checkpoint, GPT2, base, kind_name)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     block = get_kind("decoder-block")
     # flags that shape every layer (--heads, --ln-eps, …) shape the layers before this one

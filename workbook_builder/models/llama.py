@@ -20,13 +20,6 @@ def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
     if kind != "default":
         raise UserError(f"{source}: RoPE type {kind!r} (scaled frequencies) is not on the "
                         f"llama-block sheet; it computes the default RoPE")
-    for key in ("attention_bias", "mlp_bias"):
-        if config.get(key):
-            raise UserError(f"{source}: config.json sets {key}; the llama-block sheet has "
-                            f"no biases")
-    act = config.get("hidden_act", "silu")
-    if act != "silu":
-        raise UserError(f"{source}: hidden_act {act!r}; the llama-block sheet's MLP is SiLU")
     hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
     head_dim = config.get("head_dim")
     if head_dim is not None and hidden and heads and head_dim * heads != hidden:
@@ -34,6 +27,18 @@ def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
                         f"= {hidden}/{heads}; the sheet's heads are d_model/heads wide")
     theta = config.get("rope_theta", rope.get("rope_theta"))
     return {} if theta is None else {"rope_theta": float(theta)}
+
+
+def shape_sizes(checkpoint, base: str, sizes: dict[str, Any]) -> dict[str, Any]:
+    """The number of key/value heads by the shape of k_proj (d_k = d_model/heads wide
+    each), when no config.json or flag gives it: the same in every layer."""
+    if sizes.get("kv_heads") is not None or not sizes.get("heads"):
+        return {}
+    shape = checkpoint.shapes.get(base + "layers.0.self_attn.k_proj.weight")
+    d_k = sizes["d_model"] // sizes["heads"]
+    if shape is None or len(shape) != 2 or not d_k or shape[0] % d_k:
+        return {}
+    return {"kv_heads": shape[0] // d_k}
 
 
 def hidden_states(reference: Callable, params: Callable[[int], Any],
