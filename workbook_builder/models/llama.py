@@ -31,7 +31,7 @@ def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
 
 def shape_sizes(checkpoint, base: str, sizes: dict[str, Any]) -> dict[str, Any]:
     """The number of key/value heads by the shape of k_proj (d_k = d_model/heads wide
-    each), when no config.json or flag gives it: the same in every layer."""
+    each), for a bare weights file without --kv-heads: the same in every layer."""
     if sizes.get("kv_heads") is not None or not sizes.get("heads"):
         return {}
     shape = checkpoint.shapes.get(base + "layers.0.self_attn.k_proj.weight")

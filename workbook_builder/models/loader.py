@@ -72,7 +72,8 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     sizes = _sizes(checkpoint, family, base, explicit, kind_name)
     if family.name == "LLaMA":
         sizes.update(llama.config_sizes(checkpoint.config or {}, checkpoint.source))
-        sizes.update(llama.shape_sizes(checkpoint, base, {**sizes, **explicit}))
+        if checkpoint.config is None:  # a config without the key: LlamaConfig's default
+            sizes.update(llama.shape_sizes(checkpoint, base, {**sizes, **explicit}))
     # flags given by hand win, in the layers before this one too
     sizes.update({k: v for k, v in explicit.items() if k in LAYER_FLAGS})
     _existing_layer(checkpoint, family, base, layer)
