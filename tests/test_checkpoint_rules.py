@@ -299,13 +299,37 @@ def test_gpt2_activations_equal_transformers(gpt2, tmp_path, act):
 
 def test_gpt2_values_the_sheet_does_not_compute_are_refused(gpt2, tmp_path):
     cases = [{"activation_function": act} for act in act2fn() if act not in GELU_OF]
-    cases += [{"scale_attn_weights": False}, {"scale_attn_by_inverse_layer_idx": True},
-              {"add_cross_attention": True}]
+    cases += [{"scale_attn_weights": False}, {"add_cross_attention": True}]
     for n, changes in enumerate(cases):
         folder = variant(gpt2, tmp_path / str(n), **changes)
         for kind in ("decoder-block", "gpt", "kv-cache"):
             line = refusal(kind, tmp_path / "x.xlsx", checkpoint=folder)
             assert next(iter(changes)) in line, line
+    # the kv-cache sheet's scores are divided by √d_k only
+    folder = variant(gpt2, tmp_path / "inverse", scale_attn_by_inverse_layer_idx=True)
+    line = refusal("kv-cache", tmp_path / "x.xlsx", checkpoint=folder)
+    assert "scale_attn_by_inverse_layer_idx" in line
+
+
+def test_gpt2_scores_divided_by_the_layer_index_equal_transformers(gpt2, tmp_path):
+    """scale_attn_by_inverse_layer_idx: block 1's scores also divided by 2, live on the
+    decoder-block sheet and in every block of the gpt sheet (its logits)."""
+    from test_decoder_block import gpt2_forward
+
+    folder = variant(gpt2, tmp_path / "m", scale_attn_by_inverse_layer_idx=True)
+    (x, out), logits = gpt2_forward(folder, IDS)[0][1], gpt2_forward(folder, IDS)[1]
+    assert relative(out, gpt2_block_io(gpt2, IDS)[1]) > 1e-3  # the setting tells
+    ids = ",".join(map(str, IDS))
+    got = sheet_blocks("decoder-block", tmp_path / "d.xlsx", ["X", "OUTPUT"], True,
+                       checkpoint=folder, layer=1, token_ids=ids)
+    for engine, blocks in got.items():
+        print(f"decoder-block layer 1 {engine}: X {relative(blocks['X'], x):.1e}, OUTPUT "
+              f"{relative(blocks['OUTPUT'], out):.1e}")
+        assert relative(blocks["X"], x) < RTOL and relative(blocks["OUTPUT"], out) < RTOL
+    got = sheet_blocks("gpt", tmp_path / "g.xlsx", ["LOGITS"], checkpoint=folder,
+                       token_ids=ids)["formulas"]
+    print(f"gpt LOGITS: {relative(got['LOGITS'], logits):.1e}")
+    assert relative(got["LOGITS"], logits) < RTOL
 
 
 def test_bare_gpt2_weights_with_an_unread_tensor_are_refused(gpt2, tmp_path):

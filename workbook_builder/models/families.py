@@ -229,7 +229,7 @@ GPT2 = Family(
     defaults={"n_head": 12, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"},
     # scale_attn_weights: scores divided by √d_k; reorder_and_upcast_attn only changes the
     # float32 rounding of transformers' own computation, not the mathematics
-    fixed={"scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (False,),
+    fixed={"scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (False, True),
            "add_cross_attention": (False,)},
     activation_key="activation_function",
     harmless=("h.{layer}.attn.bias", "h.{layer}.attn.masked_bias", "ln_f.weight", "ln_f.bias"),

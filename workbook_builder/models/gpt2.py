@@ -43,6 +43,8 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
                         f"{count - 1})")
     if ids is not None:
         sizes["seq_len"] = len(ids)
+    if kind_name == "decoder-block":
+        sizes["layer_number"] = layer + 1
     kind = get_kind(kind_name)
     vocab = sizes["vocab"]
     fields = {f.name for f in dataclasses.fields(kind.Params)}
@@ -84,7 +86,7 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
     block = get_kind("decoder-block")
     for k in range(layer):
         x = block.reference({**layer_weights(checkpoint, base, k, shapes, read), "X": x},
-                            params)["OUTPUT"]
+                            dataclasses.replace(params, layer_number=k + 1))["OUTPUT"]
     inputs["X"] = x
     before = "" if layer == 0 else " and layers 0 … " + str(layer - 1)
     return sizes, inputs, (f"{note}; X: the hidden states entering layer {layer}, token "
@@ -138,6 +140,8 @@ def _sizes(checkpoint: Checkpoint, base: str, explicit: dict[str, Any]) -> dict[
         raise UserError(f"{checkpoint.source}: config.json sets activation_function to "
                         f"{json.dumps(act)}; the sheets compute {', '.join(GELU_OF)}")
     sizes["gelu"] = GELU_OF[act]
+    # scores also divided by the layer's index + 1 (decoder-block: --layer-number)
+    sizes["scale_by_layer"] = bool(config.get("scale_attn_by_inverse_layer_idx", False))
     for key, values in GPT2.fixed.items():
         if config.get(key, values[0]) not in values:
             raise UserError(f"{checkpoint.source}: config.json sets {key} to "
