@@ -384,7 +384,7 @@ def test_bare_llama_weights_at_layer_1_read_d_ff_and_kv_heads_from_the_shapes(ll
 
 def test_llama_values_the_sheet_does_not_compute_are_refused(llama, tmp_path):
     cases = [{"hidden_act": act} for act in act2fn() if act != "silu"]
-    cases += [{"attention_bias": True}, {"mlp_bias": True}, {"head_dim": 2}]
+    cases += [{"head_dim": 2}]
     # without the key, LlamaConfig's default (as many key/value heads as heads) does not fit
     # k_proj: refused naming it, as transformers refuses to load it
     cases += [{"num_key_value_heads": MISSING, "k_proj": None}]
@@ -398,12 +398,66 @@ def test_llama_values_the_sheet_does_not_compute_are_refused(llama, tmp_path):
         assert key in line or (key == "rope_parameters" and "RoPE type" in line), line
 
 
-def test_bare_llama_weights_with_biases_are_refused_naming_them(llama, tmp_path):
-    tensors = {**weights(llama), "model.layers.0.self_attn.q_proj.bias":
-               np.ones(8, np.float32)}
+def save_biased(folder: Path, model_type: str, **config) -> Path:
+    """A seeded random LLaMA-style model with bias rows (moved off 0), saved."""
+    import torch
+    from test_llama_block import TEACHING
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(
+        model_type, **TEACHING, rope_theta=100.0, rms_norm_eps=1e-5,
+        max_position_embeddings=64, **config))
+    with torch.no_grad():
+        for name, value in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                value.add_(0.3 * torch.randn_like(value))
+            elif "proj" in name:
+                value.normal_(0.0, 0.3)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("model_type,config", [
+    ("llama", {"attention_bias": True}), ("llama", {"mlp_bias": True}),
+    ("llama", {"attention_bias": True, "mlp_bias": True}), ("qwen2", {})])
+def test_biased_llama_layers_equal_transformers(tmp_path, model_type, config):
+    """Qwen2's q/k/v biases and LLaMA's attention_bias (also o_proj) and mlp_bias, as live
+    bias rows; from the folder and from the bare weights file (biases read by their
+    presence)."""
+    from test_llama_block import embedded, transcribed_layer
+    from transformers import AutoModelForCausalLM
+
+    folder = save_biased(tmp_path / "m", model_type, **config)
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager") \
+        .double().eval().model
+    x = embedded(model, IDS)
+    before, x = x, transcribed_layer(model, 0, x)
+    before, x = x, transcribed_layer(model, 1, x)
+    for n, (checkpoint, flags) in enumerate((
+            (folder, {}), (folder / "model.safetensors", {"heads": 2, "rms_eps": 1e-5,
+                                                         "rope_theta": 100.0}))):
+        path = tmp_path / f"l{n}.xlsx"
+        got = sheet_blocks("llama-block", path, ["X", "OUTPUT"], n == 0 and model_type ==
+                           "qwen2", checkpoint=checkpoint, layer=1,
+                           token_ids=",".join(map(str, IDS)), **flags)
+        for engine, blocks in got.items():
+            print(f"{model_type} {config} {engine}: X {relative(blocks['X'], before):.1e}, "
+                  f"OUTPUT {relative(blocks['OUTPUT'], x):.1e}")
+            assert relative(blocks["X"], before) < RTOL
+            assert relative(blocks["OUTPUT"], x) < RTOL
+
+
+def test_llama_bias_tensors_the_config_does_not_turn_on_are_refused(tmp_path):
+    folder = save_biased(tmp_path / "m", "llama", attention_bias=True)
+    variant(folder, tmp_path / "off", attention_bias=False)
+    line = refusal("llama-block", tmp_path / "x.xlsx", checkpoint=tmp_path / "off")
+    assert "self_attn.q_proj.bias" in line and "attention_bias" in line
+    tensors = weights(folder)
+    del tensors["model.layers.0.self_attn.k_proj.bias"]
     line = refusal("llama-block", tmp_path / "x.xlsx", heads=2,
                    checkpoint=bare(tmp_path / "b.safetensors", tensors))
-    assert "model.layers.0.self_attn.q_proj.bias" in line
+    assert "model.layers.0.self_attn.k_proj.bias" in line
 
 
 # -- Mamba -------------------------------------------------------------------------------------

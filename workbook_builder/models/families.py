@@ -145,6 +145,7 @@ def _llama_layer() -> dict[str, tuple[str, str]]:
                          ("GATE", "mlp.gate_proj"), ("UP", "mlp.up_proj"),
                          ("DOWN", "mlp.down_proj")):
         table[f"W_{ours}"] = (base + theirs + ".weight", LINEAR)
+        table[f"B_{ours}"] = (base + theirs + ".bias", ROW)  # read when the layer has it
     return table
 
 
@@ -162,10 +163,16 @@ LLAMA = Family(
     layers_key="num_hidden_layers",
     post_ln=False,
     defaults={"num_attention_heads": 32, "rms_norm_eps": 1e-6, "hidden_act": "silu"},
-    fixed={"hidden_act": ("silu",), "attention_bias": (False,), "mlp_bias": (False,)},
+    fixed={"hidden_act": ("silu",)},
     harmless=("norm.weight", "rotary_emb.inv_freq", "layers.{layer}.self_attn.rotary_emb.inv_freq"),
     heads=("lm_head.", "score."),
 )
+# config.json bias switches -> the llama-block parameters they turn on
+LLAMA_BIASES = {"attention_bias": ("qkv_bias", "o_bias"), "mlp_bias": ("mlp_bias",)}
+# Qwen2: LLaMA's layer and names, q/k/v always biased (no key), full attention only
+QWEN2 = dataclasses.replace(
+    LLAMA, name="Qwen2", model_types=("qwen2",),
+    fixed={**LLAMA.fixed, "use_sliding_window": (False,)}, constants={"qkv_bias": True})
 
 
 def _mamba_layer() -> dict[str, tuple[str, str]]:
@@ -236,10 +243,10 @@ GPT2 = Family(
     heads=("lm_head.", "score.", "multiple_choice_head."),
 )
 
-FAMILIES = (BERT, ROBERTA, DISTILBERT, LLAMA, MAMBA, GPT2)
+FAMILIES = (BERT, ROBERTA, DISTILBERT, LLAMA, QWEN2, MAMBA, GPT2)
 # the kinds a checkpoint can fill, and the family tables they read
 ENCODERS = (BERT, ROBERTA, DISTILBERT)
-KIND_FAMILIES = {"multihead": ENCODERS, "encoder-block": ENCODERS, "llama-block": (LLAMA,),
+KIND_FAMILIES = {"multihead": ENCODERS, "encoder-block": ENCODERS, "llama-block": (LLAMA, QWEN2),
                  "decoder-block": (GPT2,), "gpt": (GPT2,)}
 # config.json hidden_act -> (activation, gelu form): the activations encoder-block computes
 # exactly (gelu_fast, quick_gelu, silu … are other functions: refused)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models.families import LLAMA_BIASES
 
 
 def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
@@ -27,6 +28,27 @@ def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
                         f"= {hidden}/{heads}; the sheet's heads are d_model/heads wide")
     theta = config.get("rope_theta", rope.get("rope_theta"))
     return {} if theta is None else {"rope_theta": float(theta)}
+
+
+def bias_switches(checkpoint, family, base: str) -> dict[str, bool]:
+    """Which bias rows the layer has: config.json's attention_bias and mlp_bias (LlamaConfig's
+    default false; Qwen2's q/k/v biases always), or for a bare weights file the bias tensors
+    of layer 0 it holds."""
+    switches = {"qkv_bias": False, "o_bias": False, "mlp_bias": False, **family.constants}
+    first = {ours: base + family.layer[bias][0].format(layer=0)
+             for ours, bias in (("qkv_bias", "B_Q"), ("o_bias", "B_O"), ("mlp_bias", "B_GATE"))}
+    if checkpoint.config is None:
+        return {ours: switches[ours] or name in checkpoint.shapes
+                for ours, name in first.items()}
+    for key, ours in LLAMA_BIASES.items():
+        if checkpoint.config.get(key, False):
+            switches.update(dict.fromkeys(ours, True))
+    unread = next((name for ours, name in first.items()
+                   if not switches[ours] and name in checkpoint.shapes), None)
+    if unread:
+        raise UserError(f"{checkpoint.source}: tensor {unread} is a bias config.json does not "
+                        f"turn on ({' / '.join(LLAMA_BIASES)}); refused rather than left out")
+    return switches
 
 
 def shape_sizes(checkpoint, base: str, sizes: dict[str, Any]) -> dict[str, Any]:

@@ -70,8 +70,9 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                                            explicit, _tensor)
         return ModelInputs(params, inputs, labels, f"weights: {Path(str(path)).name}; {note}")
     sizes = _sizes(checkpoint, family, base, explicit, kind_name)
-    if family.name == "LLaMA":
+    if family.name in ("LLaMA", "Qwen2"):
         sizes.update(llama.config_sizes(checkpoint.config or {}, checkpoint.source))
+        sizes.update(llama.bias_switches(checkpoint, family, base))
         if checkpoint.config is None:  # a config without the key: LlamaConfig's default
             sizes.update(llama.shape_sizes(checkpoint, base, {**sizes, **explicit}))
     # flags given by hand win, in the layers before this one too
@@ -406,7 +407,7 @@ def _hidden_states(checkpoint: Checkpoint, family: Family, base: str, sizes: dic
                    embedded: dict[str, np.ndarray], layer: int) -> np.ndarray:
     """The embedding step, then layers 0 … layer−1, each by encoder-block's NumPy
     reference: the hidden states entering `layer`."""
-    if family.name == "LLaMA":  # no embedding step of its own: the looked-up rows
+    if family.name in ("LLaMA", "Qwen2"):  # no embedding step of its own: the rows
         kind = get_kind("llama-block")
         fields = {f.name for f in dataclasses.fields(kind.Params)}
         values = {k: v for k, v in sizes.items() if k in fields}
