@@ -481,6 +481,9 @@ def test_mamba_values_are_equal_or_refused(mamba, tmp_path):
         folder = variant(mamba, tmp_path / str(n), **changes)
         line = refusal("mamba-block", tmp_path / "x.xlsx", checkpoint=folder)
         assert next(iter(changes)) in line, line
+    folder = variant(mamba, tmp_path / "no-conv-bias", use_conv_bias=False)
+    line = refusal("mamba-block", tmp_path / "x.xlsx", checkpoint=folder)
+    assert "conv1d.bias" in line and "use_conv_bias" in line
     tensors = {**weights(mamba), "backbone.layers.0.mixer.in_proj.bias":
                np.ones(2 * 2 * 8, np.float32)}
     line = refusal("mamba-block", tmp_path / "x.xlsx",

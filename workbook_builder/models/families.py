@@ -254,5 +254,7 @@ ACTIVATIONS = {"gelu": ("gelu", "exact"), "gelu_new": ("gelu", "tanh"),
                "gelu_pytorch_tanh": ("gelu", "tanh"), "relu": ("relu", "tanh")}
 # tensor names that tell other families apart, for a helpful error
 SIGNATURES = {"GPT-2": "h.0.attn.c_attn.weight", "LLaMA": "layers.0.self_attn.q_proj.weight",
+              "BERT": "encoder.layer.0.attention.self.query.weight",
+              "DistilBERT": "transformer.layer.0.attention.q_lin.weight",
               "T5": "encoder.block.0.layer.0.SelfAttention.q.weight",
               "Mamba": "layers.0.mixer.in_proj.weight"}

@@ -54,6 +54,10 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     kind = get_kind(kind_name)
     params = make_params(kind, {**sizes, **explicit})
     conv_bias = config.get("use_conv_bias", True)
+    unread = base + MAMBA.layer["CONV_B"][0].format(layer=0)
+    if not conv_bias and unread in checkpoint.shapes:
+        raise UserError(f"{checkpoint.source}: tensor {unread} is a bias config.json's "
+                        f"use_conv_bias false leaves out; refused rather than left out")
     inputs = block_inputs(checkpoint, base, layer, kind.input_shapes(params), conv_bias)
     where = f"Mamba layer {layer} of {Path(str(path)).name}"
     if ids is None:
