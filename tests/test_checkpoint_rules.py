@@ -123,7 +123,8 @@ def assert_encoder_equal(folder: Path, tmp_path: Path, ids=IDS, libreoffice=Fals
         for engine, blocks in got.items():
             for name, exp in (("X", states[layer]), ("OUTPUT", states[layer + 1])):
                 error = relative(blocks[name], exp)
-                print(f"{folder.name} layer {layer} {engine} {name}: {error:.1e}")
+                family = json.loads((folder / "config.json").read_text())["model_type"]
+                print(f"{family} layer {layer} {engine} {name}: {error:.1e}")
                 assert error < RTOL, (folder.name, layer, engine, name, error)
 
 
