@@ -449,6 +449,15 @@ def test_biased_llama_layers_equal_transformers(tmp_path, model_type, config):
             assert relative(blocks["OUTPUT"], x) < RTOL
 
 
+def test_qwen2_sliding_window_layers_are_refused(tmp_path):
+    folder = save_biased(tmp_path / "m", "qwen2")
+    for n, changes in enumerate(({"use_sliding_window": True},
+                                 {"layer_types": ["sliding_attention", "full_attention"]})):
+        line = refusal("llama-block", tmp_path / "x.xlsx",
+                       checkpoint=variant(folder, tmp_path / str(n), **changes))
+        assert next(iter(changes)) in line, line
+
+
 def test_llama_bias_tensors_the_config_does_not_turn_on_are_refused(tmp_path):
     folder = save_biased(tmp_path / "m", "llama", attention_bias=True)
     variant(folder, tmp_path / "off", attention_bias=False)

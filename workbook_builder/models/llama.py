@@ -21,6 +21,10 @@ def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
     if kind != "default":
         raise UserError(f"{source}: RoPE type {kind!r} (scaled frequencies) is not on the "
                         f"llama-block sheet; it computes the default RoPE")
+    other = next((t for t in config.get("layer_types") or () if t != "full_attention"), None)
+    if other is not None:  # Qwen2's sliding-window layers
+        raise UserError(f"{source}: config.json's layer_types holds {other!r}; the "
+                        f"llama-block sheet computes full causal attention")
     hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
     head_dim = config.get("head_dim")
     if head_dim is not None and hidden and heads and head_dim * heads != hidden:
