@@ -294,6 +294,8 @@ def test_gpt2_activations_equal_transformers(gpt2, tmp_path, act):
     x, out = gpt2_block_io(folder, IDS)
     got = sheet_blocks("decoder-block", tmp_path / "d.xlsx", ["X", "OUTPUT"],
                        checkpoint=folder, layer=1, token_ids=",".join(map(str, IDS)))
+    print(f"gpt2 {act} formulas: X {relative(got['formulas']['X'], x):.1e}, OUTPUT "
+          f"{relative(got['formulas']['OUTPUT'], out):.1e}")
     assert relative(got["formulas"]["X"], x) < RTOL
     assert relative(got["formulas"]["OUTPUT"], out) < RTOL
 
@@ -485,6 +487,7 @@ def test_mamba_values_are_equal_or_refused(mamba, tmp_path):
     states = transcribed_hidden_states(loaded(mamba), IDS)
     got = sheet_blocks("mamba-block", tmp_path / "m.xlsx", ["OUTPUT"], checkpoint=mamba,
                        layer=1, token_ids=",".join(map(str, IDS)))
+    print(f"mamba formulas: OUTPUT {relative(got['formulas']['OUTPUT'], states[2]):.1e}")
     assert relative(got["formulas"]["OUTPUT"], states[2]) < RTOL
     cases = [{"hidden_act": act} for act in act2fn() if act != "silu"] + [{"use_bias": True}]
     for n, changes in enumerate(cases):
