@@ -302,12 +302,12 @@ def test_gpt2_activations_equal_transformers(gpt2, tmp_path, act):
 
 def test_gpt2_values_the_sheet_does_not_compute_are_refused(gpt2, tmp_path):
     cases = [{"activation_function": act} for act in act2fn() if act not in GELU_OF]
-    cases += [{"scale_attn_weights": False}, {"add_cross_attention": True}]
+    cases += [{"scale_attn_weights": False}, {"add_cross_attention": True}, {"n_head": 3}]
     for n, changes in enumerate(cases):
         folder = variant(gpt2, tmp_path / str(n), **changes)
         for kind in ("decoder-block", "gpt", "kv-cache"):
             line = refusal(kind, tmp_path / "x.xlsx", checkpoint=folder)
-            assert next(iter(changes)) in line, line
+            assert next(iter(changes)) in line and "--" not in line, line
     # the kv-cache sheet's scores are divided by √d_k only
     folder = variant(gpt2, tmp_path / "inverse", scale_attn_by_inverse_layer_idx=True)
     line = refusal("kv-cache", tmp_path / "x.xlsx", checkpoint=folder)
@@ -387,7 +387,7 @@ def test_bare_llama_weights_at_layer_1_read_d_ff_and_kv_heads_from_the_shapes(ll
 
 def test_llama_values_the_sheet_does_not_compute_are_refused(llama, tmp_path):
     cases = [{"hidden_act": act} for act in act2fn() if act != "silu"]
-    cases += [{"head_dim": 2}]
+    cases += [{"head_dim": 2}, {"num_key_value_heads": 3}]
     # without the key, LlamaConfig's default (as many key/value heads as heads) does not fit
     # k_proj: refused naming it, as transformers refuses to load it
     cases += [{"num_key_value_heads": MISSING, "k_proj": None}]
@@ -399,6 +399,7 @@ def test_llama_values_the_sheet_does_not_compute_are_refused(llama, tmp_path):
         folder = variant(llama, tmp_path / str(n), **changes)
         line = refusal("llama-block", tmp_path / "x.xlsx", checkpoint=folder)
         assert key in line or (key == "rope_parameters" and "RoPE type" in line), line
+        assert "--" not in line, line
 
 
 def save_biased(folder: Path, model_type: str, **config) -> Path:

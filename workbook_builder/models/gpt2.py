@@ -150,6 +150,11 @@ def _sizes(checkpoint: Checkpoint, base: str, explicit: dict[str, Any]) -> dict[
     if "heads" not in sizes and "heads" not in explicit:
         raise UserError(f"{checkpoint.source}: no config.json gives the number of heads; "
                         f"pass --heads")
+    heads = explicit.get("heads", sizes.get("heads"))
+    if isinstance(heads, int) and heads > 0 and sizes["d_model"] % heads:
+        said = "--heads" if "heads" in explicit else "n_head"
+        raise UserError(f"{checkpoint.source}: {said} {heads} does not divide the model's "
+                        f"width n_embd = {sizes['d_model']}")
     return sizes
 
 
