@@ -1,6 +1,9 @@
 """A checkpoint's layer as a kind's inputs: sizes from its config, weights by its family's
 name table (nn.Linear weights transposed into X·W), tokens from its own tokenizer, and the
-hidden states entering the layer from the NumPy reference of the layers before it."""
+hidden states entering the layer from the NumPy reference of the layers before it. A
+checkpoint is read exactly or refused: a config value the sheet does not compute is named,
+a missing key takes the family's default, a tensor the sheet does not read and that could
+change the layer is named."""
 
 import dataclasses
 import json
