@@ -19,9 +19,10 @@ from reference.softmax import causal_allowed, masked_softmax_steps
 
 
 def decoder_block_steps(x: np.ndarray, w: dict[str, np.ndarray], heads: int, ln_eps: float,
-                        gelu: str = "tanh") -> dict[str, np.ndarray]:
+                        gelu: str = "tanh", divisor: int = 1) -> dict[str, np.ndarray]:
     """Every step of one block on the hidden states `x`, weights `w` by their sheet names
-    (W_Q, B_Q, …, LN1_GAMMA, …)."""
+    (W_Q, B_Q, …, LN1_GAMMA, …); the scores divided by √d_k and `divisor` (GPT-2's
+    scale_attn_by_inverse_layer_idx: the layer's index + 1)."""
     n, d = x.shape
     d_k = d // heads
     steps = layer_norm_steps(x, w["LN1_GAMMA"], w["LN1_BETA"], "LN1", "LN1_OUT", ln_eps)
@@ -33,7 +34,7 @@ def decoder_block_steps(x: np.ndarray, w: dict[str, np.ndarray], heads: int, ln_
     for i in range(heads):
         cols, sfx = slice(i * d_k, (i + 1) * d_k), f"_H{i + 1}"
         scores = q[:, cols] @ k[:, cols].T
-        steps["SCORES" + sfx], steps["SCALED" + sfx] = scores, scores / np.sqrt(d_k)
+        steps["SCORES" + sfx], steps["SCALED" + sfx] = scores, scores / np.sqrt(d_k) / divisor
         for name, block in masked_softmax_steps(steps["SCALED" + sfx], allowed).items():
             steps[name + sfx] = block
         outputs.append(steps["WEIGHTS" + sfx] @ v[:, cols])
@@ -52,4 +53,6 @@ def decoder_block_steps(x: np.ndarray, w: dict[str, np.ndarray], heads: int, ln_
 
 
 def decoder_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
-    return decoder_block_steps(inputs["X"], inputs, params.heads, params.ln_eps, params.gelu)
+    divisor = params.layer_number if params.scale_by_layer else 1
+    return decoder_block_steps(inputs["X"], inputs, params.heads, params.ln_eps, params.gelu,
+                               divisor)

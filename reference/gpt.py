@@ -26,7 +26,9 @@ def gpt_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
         sfx = f"_L{layer}"
         weights = {name.removesuffix(sfx): value for name, value in inputs.items()
                    if name.endswith(sfx)}
-        block = decoder_block_steps(x, weights, params.heads, params.ln_eps, params.gelu)
+        divisor = layer if params.scale_by_layer else 1  # scale_attn_by_inverse_layer_idx
+        block = decoder_block_steps(x, weights, params.heads, params.ln_eps, params.gelu,
+                                    divisor)
         steps["MASK"] = block.pop("MASK")  # one causal mask serves every block
         steps.update({name + sfx: value for name, value in block.items()})
         x = block["OUTPUT"]

@@ -1,5 +1,6 @@
-"""One LLaMA decoder layer, as transformers' `LlamaDecoderLayer` (no biases, eval), with
-the `X @ W` orientation (W = the nn.Linear weight transposed).
+"""One LLaMA decoder layer, as transformers' `LlamaDecoderLayer` (eval), with the `X @ W`
+orientation (W = the nn.Linear weight transposed); optional bias rows as Qwen2 (B_Q, B_K,
+B_V: qkv_bias) and LLaMA's attention_bias (also B_O) and mlp_bias (B_GATE, B_UP, B_DOWN).
 
 Glossary: d = d_model, H query heads and G key/value heads (G divides H) of width
 d_k = d/H, head h reads K/V head g = ⌊h·G/H⌋ (repeat_kv); f = d_ff; eps = rms_eps;
@@ -43,6 +44,11 @@ def rotate_heads(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, d_k: int) -> n
     return out
 
 
+def _bias(inputs: dict[str, np.ndarray], name: str, present: bool):
+    """The bias row `name` when the layer has it, else nothing added (0.0)."""
+    return inputs[name] if present else 0.0
+
+
 def llama_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     x = inputs["X"]
     n, d = x.shape
@@ -51,7 +57,7 @@ def llama_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
     d_k = d // heads
     steps = rms_norm_steps(x, inputs["RMS1_WEIGHT"], "RMS1", params.rms_eps)
     h = steps["RMS1_OUT"]
-    q, k, v = (h @ inputs[f"W_{m}"] for m in "QKV")
+    q, k, v = (h @ inputs[f"W_{m}"] + _bias(inputs, f"B_{m}", params.qkv_bias) for m in "QKV")
     steps.update(Q=q, K=k, V=v)
     steps.update(rope_tables(n, d_k, params.rope_theta))
     cos, sin = steps["ROPE_COS"], steps["ROPE_SIN"]
@@ -71,13 +77,15 @@ def llama_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
         outputs.append(steps["WEIGHTS" + sfx] @ v[:, ks])
         steps["HEAD" + sfx] = outputs[-1]
     steps["CONCAT"] = np.concatenate(outputs, axis=1)
-    steps["ATTN"] = steps["CONCAT"] @ inputs["W_O"]
+    steps["ATTN"] = steps["CONCAT"] @ inputs["W_O"] + _bias(inputs, "B_O", params.o_bias)
     steps["RESID_1"] = x + steps["ATTN"]
     steps.update(rms_norm_steps(steps["RESID_1"], inputs["RMS2_WEIGHT"], "RMS2", params.rms_eps))
     h2 = steps["RMS2_OUT"]
-    steps["GATE"], steps["UP"] = h2 @ inputs["W_GATE"], h2 @ inputs["W_UP"]
+    steps["GATE"] = h2 @ inputs["W_GATE"] + _bias(inputs, "B_GATE", params.mlp_bias)
+    steps["UP"] = h2 @ inputs["W_UP"] + _bias(inputs, "B_UP", params.mlp_bias)
     steps["GATE_ACT"] = silu(steps["GATE"])
     steps["GATED"] = steps["GATE_ACT"] * steps["UP"]
-    steps["MLP_OUT"] = steps["GATED"] @ inputs["W_DOWN"]
+    steps["MLP_OUT"] = steps["GATED"] @ inputs["W_DOWN"] + _bias(inputs, "B_DOWN",
+                                                                 params.mlp_bias)
     steps["OUTPUT"] = steps["RESID_1"] + steps["MLP_OUT"]
     return steps

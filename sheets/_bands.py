@@ -99,14 +99,16 @@ def projections(source: str = "X", q_source: str | None = None,
 def scaled_scores(suffix: str = "", equation: str = "S = Q·Kᵀ", q: str = "Q", k: str = "K",
                   q_cols=None, k_cols=None,
                   explanation: str = "Dividing by √d_k keeps the scores from growing with "
-                                     "the width.") -> list[Step]:
+                                     "the width.", divisor: int = 1) -> list[Step]:
     """S = Q·Kᵀ (over column slices for one head) and S/√d_k, with d_k written into the
-    formula as the tutorial writes it."""
+    formula as the tutorial writes it; a `divisor` other than 1 divides them once more
+    (GPT-2's scale_attn_by_inverse_layer_idx: layer index + 1)."""
     scores = "SCORES" + suffix
+    extra, extra_text = ("", "") if divisor == 1 else (f"/{divisor}", f" / {divisor}")
     return [Step(scores, equation, MatMulT(q, k, q_cols, k_cols),
                  "Dot product of query i with key j.", corner=QUERY_KEY),
-            Step("SCALED" + suffix, "S / √d_k   (d_k = {d_k})",
-                 Map("={S}/SQRT({d_k})", S=scores), explanation, corner=QUERY_KEY)]
+            Step("SCALED" + suffix, "S / √d_k" + extra_text + "   (d_k = {d_k})",
+                 Map("={S}/SQRT({d_k})" + extra, S=scores), explanation, corner=QUERY_KEY)]
 
 
 QUERY_KEY = "query\\key"  # the corner of a square block: rows are queries, columns keys
@@ -178,12 +180,15 @@ def head_labels(prefix: str, count_of, width_of):
 
 
 def head_steps(h: int, g: int, d_k: int, mask: str | None, q: str = "Q",
-               k: str = "K") -> list:
-    """Query head h (0-based) over key/value head g: scores (of blocks `q` and `k`),
-    softmax and its chart, A·V."""
+               k: str = "K", divisor: int = 1) -> list:
+    """Query head h (0-based) over key/value head g: scores (of blocks `q` and `k`, divided
+    by √d_k and `divisor`), softmax and its chart, A·V."""
     sfx, qs, ks = f"_H{h + 1}", (h * d_k, (h + 1) * d_k - 1), (g * d_k, (g + 1) * d_k - 1)
+    why = "Scores of this head divided by √d_k." if divisor == 1 else \
+        f"Scores of this head divided by √d_k and by {divisor}, the layer's index + 1 " \
+        f"(GPT-2's scale_attn_by_inverse_layer_idx)."
     scores = scaled_scores(sfx, f"S = Q_{h + 1}·K_{g + 1}ᵀ", q=q, k=k, q_cols=qs, k_cols=ks,
-                           explanation="Scores of this head divided by √d_k.")
+                           explanation=why, divisor=divisor)
     return [*scores, *softmax_steps("SCALED" + sfx, mask, sfx, chart=True),
             Step("HEAD" + sfx, f"head_{h + 1} = A·V_{g + 1}", MatMul("WEIGHTS" + sfx, "V",
                                                                       b_cols=ks),

@@ -4,6 +4,7 @@ formula, weights in `X @ W` orientation (GPT-2's Conv1D stores them so already).
     LN1_OUT = LN1(X)                         LN(r) = (r − μ)/√(σ² + eps)·γ + β per row
     Q = LN1_OUT·W_Q + B_Q, likewise K and V  (the thirds of GPT-2's fused c_attn)
     head_h = softmax(mask(Q_h·K_hᵀ/√d_k))·V_h, query i sees keys j ≤ i
+                                             (--scale-by-layer: the scores / --layer-number too)
     ATTN = [head_1 … head_H]·W_O + B_O       RESID_1 = X + ATTN
     LN2_OUT = LN2(RESID_1)                   FFN_OUT = GELU(LN2_OUT·W_1 + B_1)·W_2 + B_2
     OUTPUT = RESID_1 + FFN_OUT               GELU: tanh form (GPT-2's gelu_new) or exact
@@ -43,6 +44,16 @@ class DecoderBlockParams:
         "choices": list(GELU_FORMS),
         "help": "GELU form: tanh (GPT-2's gelu_new, the default) or exact, 0.5·x·(1 + erf(x/√2))"})
     ln_eps: float = field(default=1e-5, metadata={"help": "LayerNorm's eps (GPT-2: 1e-05)"})
+    scale_by_layer: bool = field(default=False, metadata={
+        "help": "divide the scores also by the layer's index + 1 (GPT-2's "
+                "scale_attn_by_inverse_layer_idx)"})
+    layer_number: int = field(default=1, metadata={
+        "help": "this block's place in its model, from 1 (its layer index + 1): with "
+                "--scale-by-layer the scores are divided by it"})
+
+    def divisor(self, layer_number: int) -> int:
+        """What the scores of block `layer_number` (from 1) are divided by besides √d_k."""
+        return layer_number if self.scale_by_layer else 1
 
     @property
     def d_k(self) -> int:
@@ -165,16 +176,19 @@ def layer_norm_band(ln: str, src: str, out: str, eps: float, weights: dict[str, 
                    layer_norm(ln, src, out, eps))
 
 
-def block_sections(p, weights: dict[str, Input], mask: bool = True) -> list[Section]:
-    """GPT-2's block after its input X: LN1, causal attention, residual, LN2, MLP,
-    residual. `mask` places the causal mask here (a stack places it once, before)."""
+def block_sections(p, weights: dict[str, Input], mask: bool = True,
+                   divisor: int = 1) -> list[Section]:
+    """GPT-2's block after its input X: LN1, causal attention (scores divided by √d_k and
+    `divisor`), residual, LN2, MLP, residual. `mask` places the causal mask here (a stack
+    places it once, before)."""
     eps, w = p.ln_eps, weights
     # Q = LN1_OUT·W_Q + B_Q, likewise K and V
     qkv = [Step(n, f"{n} = LN1_OUT·W_{n} + B_{n}", MatMul("LN1_OUT", f"W_{n}", plus=f"B_{n}"))
            for n in "QKV"]
     # head h: softmax(mask(Q_h·K_hᵀ/√d_k))·V_h over columns h·d_k … (h+1)·d_k − 1
     heads = [section(f"Head {h + 1} — columns h{h + 1}.* of Q, K, V",
-                     head_steps(h, h, p.d_k, "MASK")) for h in range(p.heads)]
+                     head_steps(h, h, p.d_k, "MASK", divisor=divisor))
+             for h in range(p.heads)]
     # FFN_OUT = GELU(LN2_OUT·W_1 + B_1)·W_2 + B_2
     mlp = [Step("FFN_HIDDEN", "LN2_OUT·W_1 + B_1", MatMul("LN2_OUT", "W_1", plus="B_1")),
            activation("gelu", p.gelu),
@@ -229,6 +243,8 @@ class DecoderBlock(Kind):
     test_cases = [
         {"seq_len": 3, "d_model": 4, "heads": 2, "d_ff": 6},
         {"seq_len": 4, "d_model": 6, "heads": 3, "d_ff": 5, "gelu": "exact", "ln_eps": 0.3},
+        {"seq_len": 3, "d_model": 4, "heads": 2, "d_ff": 6, "scale_by_layer": True,
+         "layer_number": 3},
     ]
     demo_cases = [("decoder_block", {"seq_len": 4, "d_model": 4, "heads": 2, "d_ff": 8})]
 
@@ -247,7 +263,7 @@ class DecoderBlock(Kind):
     def sections(cls, p):
         return [section("Step 1 — input X (pre-LN, as GPT-2: X + attention(LN1(X)), then "
                         "+ MLP(LN2(·)); {heads} heads of d_k = {d_k})", X),
-                *block_sections(p, WEIGHTS)]
+                *block_sections(p, WEIGHTS, divisor=p.divisor(p.layer_number))]
 
 
 # sheet text in Chinese (workbook_builder/teaching/i18n.py); the LayerNorm and GELU text is

@@ -148,6 +148,9 @@ class Gpt(Kind):
         check_block_sizes(p)
         if p.layers > MAX_LAYERS:
             raise UserError(f"--layers must be 1 … {MAX_LAYERS}, got {p.layers}")
+        if p.layer_number != 1:
+            raise UserError("--layer-number is decoder-block's: gpt's blocks are numbered "
+                            "1 … --layers")
 
     @classmethod
     def random_input(cls, name, shape, params, rng):
@@ -162,7 +165,9 @@ class Gpt(Kind):
         stack = []
         for layer in range(1, p.layers + 1):
             source = "EMBEDDED" if layer == 1 else f"OUTPUT_L{layer - 1}"
-            stack += scoped_sections(block_sections(p, LAYER_WEIGHTS[layer - 1], mask=False),
+            blocks = block_sections(p, LAYER_WEIGHTS[layer - 1], mask=False,
+                                    divisor=p.divisor(layer))
+            stack += scoped_sections(blocks,
                                      f"_L{layer}", source, f"Block {layer} of {p.layers}")
         return [
             section("Step 1 — the token ids and the token embedding table", [TOKEN_IDS, WTE]),

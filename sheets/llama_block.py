@@ -1,5 +1,6 @@
 """Kind `llama-block`: one LLaMA decoder layer (transformers' `LlamaDecoderLayer`), every
-step a formula, weights in `X @ W` orientation, no biases.
+step a formula, weights in `X @ W` orientation; bias rows as Qwen2 (--qkv-bias) and LLaMA's
+attention_bias (--qkv-bias --o-bias) and mlp_bias (--mlp-bias), each + B on its product.
 
     RMS(r) = r/√(Σ_j r_j²/d + eps)·w                         (eps inside the root, as theirs)
     RMS1_OUT = RMS(X);  Q = RMS1_OUT·W_Q (H heads), K, V (G heads, --kv-heads)
@@ -19,6 +20,7 @@ from sheets._bands import (
     CAUSAL_MASK,
     GroupedHeads,
     GroupedHeadsKind,
+    bias_of,
     concat_heads,
     head_steps,
     position_label_sets,
@@ -42,6 +44,12 @@ class LlamaBlockParams(GroupedHeads):
         "help": "RMSNorm's eps (the config's rms_norm_eps; LLaMA's default 1e-6)"})
     rope_theta: float = field(default=10000.0, metadata={
         "help": "RoPE frequency base b (the config's rope_theta)"})
+    qkv_bias: bool = field(default=False, metadata={
+        "help": "bias rows B_Q, B_K, B_V (Qwen2; LLaMA's attention_bias)"})
+    o_bias: bool = field(default=False, metadata={
+        "help": "bias row B_O after W_O (LLaMA's attention_bias)"})
+    mlp_bias: bool = field(default=False, metadata={
+        "help": "bias rows B_GATE, B_UP, B_DOWN (LLaMA's mlp_bias)"})
 
 
 X = Input("X", "seq_len", "d_model", "hidden states entering the layer",
@@ -51,6 +59,30 @@ RMS_WEIGHTS = {n: Input(f"RMS{n}_WEIGHT", 1, "d_model", "RMSNorm weight w", ["w"
 W_GATE = Input("W_GATE", "d_model", "d_ff", "gate weights", "d", "f")
 W_UP = Input("W_UP", "d_model", "d_ff", "up weights", "d", "f")
 W_DOWN = Input("W_DOWN", "d_ff", "d_model", "down weights", "f", "d")
+# bias rows, each added to every row of its product (nn.Linear with bias=True)
+B_Q, B_K, B_V = (bias_of(w, f"{n} bias", "qkv_bias")
+                 for w, n in ((W_Q, "query"), (W_K, "key"), (W_V, "value")))
+B_O = bias_of(W_O, "output bias", "o_bias")
+B_GATE, B_UP, B_DOWN = (bias_of(w, f"{n} bias", "mlp_bias")
+                        for w, n in ((W_GATE, "gate"), (W_UP, "up"), (W_DOWN, "down")))
+
+
+def _plus(p, bias: str) -> str | None:
+    """The bias row added to a product, when the parameters give it one."""
+    flag = {"B_Q": "qkv_bias", "B_K": "qkv_bias", "B_V": "qkv_bias", "B_O": "o_bias"}.get(
+        bias, "mlp_bias")
+    return bias if getattr(p, flag) else None
+
+
+def _present(p, *inputs: Input) -> list[Input]:
+    """The inputs these parameters place (a bias row only when the layer has it)."""
+    return [item for item in inputs if item.present(p)]
+
+
+def _product(p, name: str, a: str, w: str, bias: str) -> Step:
+    """name = a·w (+ bias): its equation says which."""
+    plus = _plus(p, bias)
+    return Step(name, f"{a}·{w}" + (f" + {bias}" if plus else ""), MatMul(a, w, plus=plus))
 
 
 def rms_norm(n: int, src: str, eps: float) -> list[Step]:
@@ -80,12 +112,15 @@ class LlamaBlock(GroupedHeadsKind):
     sheet_title = "LlamaBlock"
     Params = LlamaBlockParams
     reference = staticmethod(llama_block_ref)
-    inputs = [X, RMS_WEIGHTS[1], W_Q, W_K, W_V, W_O, RMS_WEIGHTS[2], W_GATE, W_UP, W_DOWN]
+    inputs = [X, RMS_WEIGHTS[1], W_Q, W_K, W_V, B_Q, B_K, B_V, W_O, B_O, RMS_WEIGHTS[2],
+              W_GATE, W_UP, W_DOWN, B_GATE, B_UP, B_DOWN]
     label_sets = classmethod(position_label_sets)
     test_cases = [
         {"seq_len": 3, "d_model": 4, "heads": 2, "d_ff": 6},
         {"seq_len": 4, "d_model": 8, "heads": 4, "kv_heads": 2, "d_ff": 5, "rope_theta": 100},
         {"seq_len": 3, "d_model": 4, "heads": 2, "kv_heads": 1, "d_ff": 3, "rms_eps": 1e-5},
+        {"seq_len": 3, "d_model": 4, "heads": 2, "kv_heads": 1, "d_ff": 3, "qkv_bias": True,
+         "o_bias": True, "mlp_bias": True},
     ]
     demo_cases = [
         ("llama_block", {"seq_len": 4, "d_model": 8, "heads": 2, "d_ff": 8}),
@@ -113,8 +148,9 @@ class LlamaBlock(GroupedHeadsKind):
     @classmethod
     def sections(cls, p):
         eps = p.rms_eps
-        # Q = RMS1_OUT·W_Q, likewise K and V (no biases in LLaMA)
-        qkv = [Step(n, f"{n} = RMS1_OUT·W_{n}", MatMul("RMS1_OUT", f"W_{n}")) for n in "QKV"]
+        # Q = RMS1_OUT·W_Q (+ B_Q: Qwen2, attention_bias), likewise K and V
+        qkv = [Step(n, f"{n} = RMS1_OUT·W_{n}" + (f" + B_{n}" if p.qkv_bias else ""),
+                    MatMul("RMS1_OUT", f"W_{n}", plus=_plus(p, f"B_{n}"))) for n in "QKV"]
         heads = [section(f"Head {h + 1} — query columns q{h + 1}.*, key/value head {g + 1}",
                          head_steps(h, g, p.d_k, "MASK", q="Q_ROT", k="K_ROT"))
                  for h, g in ((h, h * p.groups // p.heads) for h in range(p.heads))]
@@ -128,7 +164,7 @@ class LlamaBlock(GroupedHeadsKind):
             section("RMSNorm 1 — each row divided by its root mean square, times w",
                     rms_norm(1, "X", eps)),
             section("Step 2 — queries, keys, values ({heads} query heads, {groups} key/value "
-                    "heads of d_k = {d_k})", [W_Q, W_K, W_V], qkv),
+                    "heads of d_k = {d_k})", _present(p, W_Q, W_K, W_V, B_Q, B_K, B_V), qkv),
             section("Step 3 — RoPE: rotate each head's half pairs of q and k by "
                     "pos·{rope_theta}^(−2i/{d_k})",
                     [Step("ROPE_ANGLE", "θ = pos · {rope_theta}^(−2i/{d_k})",
@@ -150,22 +186,22 @@ class LlamaBlock(GroupedHeadsKind):
             *heads,
             # ATTN = CONCAT·W_O;  RESID_1 = X + ATTN
             section("Step 4 — concatenate the heads, project with W_O, add the residual",
-                    [concat_heads(p.heads, p.d_k), W_O],
-                    [Step("ATTN", "CONCAT·W_O", MatMul("CONCAT", "W_O")),
+                    [concat_heads(p.heads, p.d_k), *_present(p, W_O, B_O)],
+                    [_product(p, "ATTN", "CONCAT", "W_O", "B_O"),
                      residual("RESID_1", "X", "ATTN",
                               "The residual connection: the layer adds to its input.")]),
             section("RMSNorm 2 — before the MLP", [RMS_WEIGHTS[2]], rms_norm(2, "RESID_1", eps)),
             # MLP_OUT = (SiLU(h·W_GATE) ⊙ h·W_UP)·W_DOWN
             section("Step 5 — SwiGLU MLP: SiLU(gate) times up, projected down",
-                    [W_GATE, W_UP, W_DOWN],
-                    [Step("GATE", "RMS2_OUT·W_GATE", MatMul("RMS2_OUT", "W_GATE")),
-                     Step("UP", "RMS2_OUT·W_UP", MatMul("RMS2_OUT", "W_UP")),
+                    _present(p, W_GATE, W_UP, W_DOWN, B_GATE, B_UP, B_DOWN),
+                    [_product(p, "GATE", "RMS2_OUT", "W_GATE", "B_GATE"),
+                     _product(p, "UP", "RMS2_OUT", "W_UP", "B_UP"),
                      Step("GATE_ACT", "SiLU(g) = g/(1 + e^−g)", Map(SILU, G="GATE"),
                           "SiLU written so EXP never overflows: g/(1 + e^−g) for g ≥ 0, "
                           "g·e^g/(1 + e^g) below 0."),
                      Step("GATED", "GATE_ACT ⊙ UP", Map("={A}*{U}", A="GATE_ACT", U="UP"),
                           "The gate scales the up projection elementwise."),
-                     Step("MLP_OUT", "GATED·W_DOWN", MatMul("GATED", "W_DOWN"))]),
+                     _product(p, "MLP_OUT", "GATED", "W_DOWN", "B_DOWN")]),
             section("Step 6 — second residual: the layer's output",
                     residual("OUTPUT", "RESID_1", "MLP_OUT",
                              "LLaMA normalises before each sub-layer, never the residual "

@@ -289,8 +289,9 @@ def bad_header(_tiny_bert: Path, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("kind,make,args,message", [
     ("encoder-block", "gpt2-folder", [], "config.json says model_type 'gpt2'; this kind "
-                                         "reads BERT checkpoints"),
-    ("encoder-block", "gpt2-safetensors", ["--heads", "2"], "not a BERT checkpoint (it looks "
+                                         "reads BERT, RoBERTa or DistilBERT checkpoints"),
+    ("encoder-block", "gpt2-safetensors", ["--heads", "2"], "not a BERT, RoBERTa or "
+                                                            "DistilBERT checkpoint (it looks "
                                                             "like GPT-2)"),
     ("multihead", truncated, ["--heads", "2"], "truncated"),
     ("encoder-block", bad_header, [], "not readable JSON"),

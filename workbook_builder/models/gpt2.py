@@ -4,6 +4,7 @@ the hidden states entering a layer from decoder-block's NumPy reference of the l
 before it."""
 
 import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +18,6 @@ from workbook_builder.sheet.registry import get_kind
 
 # config.json activation_function -> our GELU form (GPT-2's gelu_new is the tanh form)
 GELU_OF = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
-# (config key, the value our sheets compute): configs asking otherwise are refused
-ATTENTION_AS_OURS = (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False))
 Reader = Callable[[Checkpoint, str, tuple[int, ...]], np.ndarray]
 
 
@@ -44,6 +43,8 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
                         f"{count - 1})")
     if ids is not None:
         sizes["seq_len"] = len(ids)
+    if kind_name == "decoder-block":
+        sizes["layer_number"] = layer + 1
     kind = get_kind(kind_name)
     vocab = sizes["vocab"]
     fields = {f.name for f in dataclasses.fields(kind.Params)}
@@ -85,7 +86,7 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
     block = get_kind("decoder-block")
     for k in range(layer):
         x = block.reference({**layer_weights(checkpoint, base, k, shapes, read), "X": x},
-                            params)["OUTPUT"]
+                            dataclasses.replace(params, layer_number=k + 1))["OUTPUT"]
     inputs["X"] = x
     before = "" if layer == 0 else " and layers 0 … " + str(layer - 1)
     return sizes, inputs, (f"{note}; X: the hidden states entering layer {layer}, token "
@@ -120,6 +121,9 @@ def _sizes(checkpoint: Checkpoint, base: str, explicit: dict[str, Any]) -> dict[
     config = checkpoint.config or {}
     sizes = {ours: config[key] for key, ours in GPT2.config.items()
              if config.get(key) is not None}
+    if checkpoint.config is not None:  # a missing key: GPT2Config's default
+        sizes.setdefault("heads", GPT2.defaults["n_head"])
+    sizes.setdefault("ln_eps", GPT2.defaults["layer_norm_epsilon"])
     anchor = checkpoint.shapes[base + GPT2.anchor]
     sizes.setdefault("d_model", anchor[0])
     fc = checkpoint.shapes.get(base + GPT2.layer["W_1"][0].format(layer=0))
@@ -131,18 +135,26 @@ def _sizes(checkpoint: Checkpoint, base: str, explicit: dict[str, Any]) -> dict[
             raise UserError(f"{checkpoint.source}: no tensor {base}wte.weight (the token "
                             f"embedding table)")
         sizes["vocab"] = wte[0]
-    act = config.get("activation_function", "gelu_new")
+    act = config.get("activation_function", GPT2.defaults["activation_function"])
     if act not in GELU_OF:
-        raise UserError(f"{checkpoint.source}: activation_function {act!r} is not one of "
-                        f"{', '.join(GELU_OF)}")
+        raise UserError(f"{checkpoint.source}: config.json sets activation_function to "
+                        f"{json.dumps(act)}; the sheets compute {', '.join(GELU_OF)}")
     sizes["gelu"] = GELU_OF[act]
-    for key, ours in ATTENTION_AS_OURS:
-        if config.get(key, ours) != ours:
+    # scores also divided by the layer's index + 1 (decoder-block: --layer-number)
+    sizes["scale_by_layer"] = bool(config.get("scale_attn_by_inverse_layer_idx", False))
+    for key, values in GPT2.fixed.items():
+        if config.get(key, values[0]) not in values:
             raise UserError(f"{checkpoint.source}: config.json sets {key} to "
-                            f"{config[key]}; the sheets compute GPT-2's default ({ours})")
+                            f"{json.dumps(config[key])}; the sheets compute GPT-2 with {key} "
+                            f"{json.dumps(values[0])}")
     if "heads" not in sizes and "heads" not in explicit:
         raise UserError(f"{checkpoint.source}: no config.json gives the number of heads; "
                         f"pass --heads")
+    heads = explicit.get("heads", sizes.get("heads"))
+    if isinstance(heads, int) and heads > 0 and sizes["d_model"] % heads:
+        said = "--heads" if "heads" in explicit else "n_head"
+        raise UserError(f"{checkpoint.source}: {said} {heads} does not divide the model's "
+                        f"width n_embd = {sizes['d_model']}")
     return sizes
 
 

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from workbook_builder.errors import UserError
 from workbook_builder.models.families import GPT2
 from workbook_builder.models.files import read_checkpoint
 from workbook_builder.models.gpt2 import gpt2_inputs
@@ -20,6 +21,7 @@ from workbook_builder.models.loader import (
     _short,
     _tensor,
     check_request,
+    refuse_unused_tensors,
 )
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import get_kind
@@ -35,6 +37,7 @@ def kv_cache_inputs(kind_name: str, path: str | Path, *, layer: int = 0, prefix:
     check_request(text, token_ids, layer)
     checkpoint = read_checkpoint(Path(path))
     base = _prefix(checkpoint, _family(checkpoint, (GPT2,)), prefix)
+    refuse_unused_tensors(checkpoint, GPT2, base, kind_name)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     block = get_kind("decoder-block")
     # flags that shape every layer (--heads, --ln-eps, …) shape the layers before this one
@@ -42,6 +45,10 @@ def kv_cache_inputs(kind_name: str, path: str | Path, *, layer: int = 0, prefix:
     layer_flags = {k: v for k, v in (explicit or {}).items() if k in LAYER_FLAGS and k in fields}
     sizes, block_inputs, _ = gpt2_inputs("decoder-block", checkpoint, base, layer, ids,
                                          layer_flags, _tensor)
+    if sizes.get("scale_by_layer"):
+        raise UserError(f"{checkpoint.source}: config.json sets "
+                        f"scale_attn_by_inverse_layer_idx to true; the kv-cache sheet divides "
+                        f"the scores by √d_k only (decoder-block computes it)")
     block_params = make_params(block, {**sizes, **layer_flags})
     inputs = {name: block_inputs[name] for name in ATTENTION_INPUTS}
     params = {"d_model": block_params.d_model, "heads": block_params.heads, "bias": True}

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models.families import LLAMA_BIASES
 
 
 def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
@@ -20,13 +21,10 @@ def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
     if kind != "default":
         raise UserError(f"{source}: RoPE type {kind!r} (scaled frequencies) is not on the "
                         f"llama-block sheet; it computes the default RoPE")
-    for key in ("attention_bias", "mlp_bias"):
-        if config.get(key):
-            raise UserError(f"{source}: config.json sets {key}; the llama-block sheet has "
-                            f"no biases")
-    act = config.get("hidden_act", "silu")
-    if act != "silu":
-        raise UserError(f"{source}: hidden_act {act!r}; the llama-block sheet's MLP is SiLU")
+    other = next((t for t in config.get("layer_types") or () if t != "full_attention"), None)
+    if other is not None:  # Qwen2's sliding-window layers
+        raise UserError(f"{source}: config.json's layer_types holds {other!r}; the "
+                        f"llama-block sheet computes full causal attention")
     hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
     head_dim = config.get("head_dim")
     if head_dim is not None and hidden and heads and head_dim * heads != hidden:
@@ -34,6 +32,39 @@ def config_sizes(config: dict[str, Any], source: str) -> dict[str, Any]:
                         f"= {hidden}/{heads}; the sheet's heads are d_model/heads wide")
     theta = config.get("rope_theta", rope.get("rope_theta"))
     return {} if theta is None else {"rope_theta": float(theta)}
+
+
+def bias_switches(checkpoint, family, base: str) -> dict[str, bool]:
+    """Which bias rows the layer has: config.json's attention_bias and mlp_bias (LlamaConfig's
+    default false; Qwen2's q/k/v biases always), or for a bare weights file the bias tensors
+    of layer 0 it holds."""
+    switches = {"qkv_bias": False, "o_bias": False, "mlp_bias": False, **family.constants}
+    first = {ours: base + family.layer[bias][0].format(layer=0)
+             for ours, bias in (("qkv_bias", "B_Q"), ("o_bias", "B_O"), ("mlp_bias", "B_GATE"))}
+    if checkpoint.config is None:
+        return {ours: switches[ours] or name in checkpoint.shapes
+                for ours, name in first.items()}
+    for key, ours in LLAMA_BIASES.items():
+        if checkpoint.config.get(key, False):
+            switches.update(dict.fromkeys(ours, True))
+    unread = next((name for ours, name in first.items()
+                   if not switches[ours] and name in checkpoint.shapes), None)
+    if unread:
+        raise UserError(f"{checkpoint.source}: tensor {unread} is a bias config.json does not "
+                        f"turn on ({' / '.join(LLAMA_BIASES)}); refused rather than left out")
+    return switches
+
+
+def shape_sizes(checkpoint, base: str, sizes: dict[str, Any]) -> dict[str, Any]:
+    """The number of key/value heads by the shape of k_proj (d_k = d_model/heads wide
+    each), for a bare weights file without --kv-heads: the same in every layer."""
+    if sizes.get("kv_heads") is not None or not sizes.get("heads"):
+        return {}
+    shape = checkpoint.shapes.get(base + "layers.0.self_attn.k_proj.weight")
+    d_k = sizes["d_model"] // sizes["heads"]
+    if shape is None or len(shape) != 2 or not d_k or shape[0] % d_k:
+        return {}
+    return {"kv_heads": shape[0] // d_k}
 
 
 def hidden_states(reference: Callable, params: Callable[[int], Any],

@@ -1,8 +1,13 @@
 """A checkpoint's layer as a kind's inputs: sizes from its config, weights by its family's
 name table (nn.Linear weights transposed into X·W), tokens from its own tokenizer, and the
-hidden states entering the layer from the NumPy reference of the layers before it."""
+hidden states entering the layer from the NumPy reference of the layers before it. A
+checkpoint is read exactly or refused: a config value the sheet does not compute is named,
+a missing key takes the family's default, a tensor the sheet does not read and that could
+change the layer is named."""
 
 import dataclasses
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,11 +18,13 @@ from workbook_builder.errors import UserError
 from workbook_builder.models import llama
 from workbook_builder.models.families import (
     ACTIVATIONS,
+    BERT,
     CONV,
     GPT2,
     KIND_FAMILIES,
     LINEAR,
     MATRIX,
+    ROBERTA,
     SIGNATURES,
     TABLE,
     Family,
@@ -29,7 +36,8 @@ from workbook_builder.sheet.registry import get_kind
 
 MODELS_EXTRA = "pip install 'attnsheets[models]'"
 # flags that shape every layer, so also the layers computed before the one on the sheet
-LAYER_FLAGS = ("heads", "ln_eps", "activation", "gelu", "kv_heads", "rms_eps", "rope_theta")
+LAYER_FLAGS = ("heads", "d_ff", "ln_eps", "activation", "gelu", "kv_heads", "rms_eps",
+               "rope_theta")
 
 
 @dataclass
@@ -54,19 +62,24 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     if kind_name not in KIND_FAMILIES:
         raise UserError(f"--checkpoint fills {' and '.join(KIND_FAMILIES)}, not {kind_name}")
     check_request(text, token_ids, layer)
+    explicit = explicit or {}
     checkpoint = read_checkpoint(Path(path))
     family = _family(checkpoint, KIND_FAMILIES[kind_name])
     base = _prefix(checkpoint, family, prefix)
+    refuse_unused_tensors(checkpoint, family, base, kind_name)
     if family is GPT2:  # fused Conv1D weights and whole models: models/gpt2.py
         ids, labels = _ids_and_labels(checkpoint, text, token_ids)
         params, inputs, note = gpt2_inputs(kind_name, checkpoint, base, layer, ids,
-                                           explicit or {}, _tensor)
+                                           explicit, _tensor)
         return ModelInputs(params, inputs, labels, f"weights: {Path(str(path)).name}; {note}")
-    sizes = _sizes(checkpoint, family, base, explicit or {})
-    if family.name == "LLaMA":
+    sizes = _sizes(checkpoint, family, base, explicit, kind_name)
+    if family.name in ("LLaMA", "Qwen2"):
         sizes.update(llama.config_sizes(checkpoint.config or {}, checkpoint.source))
+        sizes.update(llama.bias_switches(checkpoint, family, base))
+        if checkpoint.config is None:  # a config without the key: LlamaConfig's default
+            sizes.update(llama.shape_sizes(checkpoint, base, {**sizes, **explicit}))
     # flags given by hand win, in the layers before this one too
-    sizes.update({k: v for k, v in (explicit or {}).items() if k in LAYER_FLAGS})
+    sizes.update({k: v for k, v in explicit.items() if k in LAYER_FLAGS})
     _existing_layer(checkpoint, family, base, layer)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     kind = get_kind(kind_name)
@@ -74,12 +87,18 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     params = {k: v for k, v in sizes.items() if k in fields}
     if "bias" in fields:
         params["bias"] = True
-    embedding_step = ids is not None and layer == 0 and "embeddings" in fields
+    if explicit.get("embeddings") and ids is not None and layer > 0:
+        raise UserError(f"--embeddings puts the embedding step, layer 0's input, on the "
+                        f"sheet; at --layer {layer} X is the hidden states entering layer "
+                        f"{layer}")
+    embedding_step = ids is not None and layer == 0 and explicit.get("embeddings", True) \
+        and "embeddings" in fields
     if "embeddings" in fields:
         params["embeddings"] = embedding_step
     if ids is not None:
         params["seq_len"] = len(ids)
-    checked = make_params(kind, {**params, **(explicit or {})})
+        family = _positions_family(checkpoint, family, base)
+    checked = _checked_params(kind, {**params, **explicit}, family, explicit)
     inputs = _layer_inputs(checkpoint, family, base, layer, kind.input_shapes(checked))
     where = f"{family.name} layer {layer} of {Path(str(path)).name}"
     if ids is None:
@@ -88,14 +107,109 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     if embedding_step:
         inputs.update(embedded)
         return ModelInputs(params, inputs, labels, f"weights: {where}; X is the embedding "
-                           f"step of the token ids {_short(ids)}")
+                           f"step of the token ids {_short(ids)}{_positions_note(family)}")
     inputs["X"] = _hidden_states(checkpoint, family, base, sizes, embedded, layer)
     before = "the embedding step" + ("" if layer == 0 else " and layer 0" if layer == 1
                                      else f" and layers 0 … {layer - 1}")
     return ModelInputs(params, inputs, labels,
                        f"weights: {where}; X: the hidden states entering layer {layer}, "
                        f"computed by the NumPy reference of {before} (numbers, not "
-                       f"formulas), token ids {_short(ids)}")
+                       f"formulas), token ids {_short(ids)}{_positions_note(family)}")
+
+
+def _positions_note(family: Family) -> str:
+    if family.positions == "after_padding":
+        return " (RoBERTa positions: padding_idx + 1 on)"
+    if "TYPE_EMB" not in family.embeddings:
+        return f" ({family.name} has no token types: TYPE_EMB rows are zeros)"
+    return ""
+
+
+def _checked_params(kind, values: dict[str, Any], family: Family, explicit: dict[str, Any]):
+    """The kind's parameters; a value the checkpoint gave that the kind refuses is named by
+    its config.json key, not by a flag nobody passed."""
+    try:
+        return make_params(kind, values)
+    except UserError as exc:
+        message = str(exc)
+        for key, ours in family.config.items():
+            if ours not in explicit:
+                message = message.replace(f"--{ours.replace('_', '-')}", f"{key}")
+        raise UserError(message) from None
+
+
+def refuse_unused_tensors(checkpoint: Checkpoint, family: Family, base: str,
+                          kind_name: str) -> None:
+    """Every tensor is one the sheet reads (at any layer), one that cannot change a layer
+    (the family's `harmless` list, the task heads beside the model), or refused by name: a
+    tensor left out would make the sheet silently differ from the model."""
+    templates = [t for t, _ in (*family.layer.values(), *family.embeddings.values())]
+    templates += list(family.harmless)
+    known = re.compile("|".join(re.escape(base + t).replace(re.escape("{layer}"), r"\d+")
+                                for t in templates))
+    for name in sorted(checkpoint.shapes):
+        if known.fullmatch(name):
+            continue
+        inner = name[len(base):] if name.startswith(base) else name
+        if (base == "" or not name.startswith(base)) and inner.startswith(family.heads):
+            continue
+        raise UserError(f"{checkpoint.source}: tensor {name} is not read by the {kind_name} "
+                        f"sheet and would change the {family.name} layer it computes; refused")
+
+
+def config_values(checkpoint: Checkpoint, family: Family, kind_name: str) -> dict[str, Any]:
+    """config.json's values of the keys the family's layer depends on, a missing key at the
+    family's default (a bare weights file: every default); a value the sheet does not
+    compute is refused, naming the key."""
+    config = checkpoint.config or {}
+    where = f"{checkpoint.source}: config.json" if checkpoint.config is not None else \
+        f"{checkpoint.source} (no config.json: {family.name}'s default)"
+    for key, values in family.fixed.items():
+        value = config.get(key, family.defaults.get(key, values[0]))
+        if value not in values:
+            raise UserError(f"{where} sets {key} to {json.dumps(value)}; the {kind_name} "
+                            f"sheet computes {family.name} with {key} "
+                            f"{' or '.join(json.dumps(v) for v in values)}")
+    values = {key: config.get(key, family.defaults.get(key)) for key in family.config}
+    if checkpoint.config is None:  # the sizes come from the shapes, the heads from --heads
+        values = {key: family.defaults[key] for key in family.config
+                  if key in family.defaults and family.config[key] not in ("heads",)}
+    values = {key: value for key, value in values.items() if value is not None}
+    if family.activation_key:
+        act = config.get(family.activation_key, family.defaults[family.activation_key])
+        if act not in ACTIVATIONS:
+            raise UserError(f"{where} sets {family.activation_key} to {json.dumps(act)}; the "
+                            f"{kind_name} sheet computes {', '.join(ACTIVATIONS)}")
+        values[family.activation_key] = act
+    return values
+
+
+def _positions_family(checkpoint: Checkpoint, family: Family, base: str) -> Family:
+    """BERT's names hold BERT or RoBERTa, whose positions differ (0, 1, … against
+    padding_idx + 1, …). Without a config.json: RoBERTa when its names or its zero
+    position row (the padding row, which never trains) say so, else BERT."""
+    if family is not BERT or checkpoint.config is not None:
+        return family
+    names = checkpoint.shapes
+    table = base + BERT.embeddings["POS_EMB"][0]
+    zero_rows = []
+    if table in names and len(names[table]) == 2:
+        zero_rows = np.flatnonzero(~checkpoint.tensor(table).any(axis=1)).tolist()
+    types = names.get(base + BERT.embeddings["TYPE_EMB"][0], (2,))
+    signs = [sign for sign, seen in (
+        (f"its names under {base!r}", base.startswith(("roberta", "xlm"))),
+        ("a RobertaLMHead (lm_head.dense)", "lm_head.dense.weight" in names),
+        ("one token type", types[0] == 1),
+        (f"position row {zero_rows[0] if zero_rows else ''} all zeros", bool(zero_rows)))
+        if seen]
+    if not signs:
+        return family
+    pad = ROBERTA.defaults["pad_token_id"]
+    if zero_rows == [pad]:
+        return ROBERTA
+    raise UserError(f"{checkpoint.source}: no config.json to tell BERT's positions (0, 1, …) "
+                    f"from RoBERTa's (padding_idx + 1, …), and it looks like RoBERTa "
+                    f"({', '.join(signs)}); give the model folder with its config.json")
 
 
 def _existing_layer(checkpoint: Checkpoint, family: Family, base: str, layer: int) -> None:
@@ -131,7 +245,7 @@ def _short(ids: list[int]) -> str:
 def _family(checkpoint: Checkpoint, families: tuple[Family, ...]) -> Family:
     """The family whose table fits; a config naming another model type, or tensors that
     belong to another family, are one line."""
-    names = " or ".join(f.name for f in families)
+    names = " or ".join(f.name for f in families).replace(" or ", ", ", len(families) - 2)
     model_type = (checkpoint.config or {}).get("model_type")
     for family in families:
         if model_type is None or model_type in family.model_types:
@@ -165,20 +279,17 @@ def _prefix(checkpoint: Checkpoint, family: Family, prefix: str | None) -> str:
 
 
 def _sizes(checkpoint: Checkpoint, family: Family, base: str,
-           explicit: dict[str, Any]) -> dict[str, Any]:
-    """Sizes from config.json; a bare weights file gives d_model and d_ff by its shapes
-    and needs --heads."""
-    config = checkpoint.config or {}
-    sizes = {ours: config[key] for key, ours in family.config.items() if key in config}
-    act = config.get("hidden_act")
-    if act is not None:
-        if act not in ACTIVATIONS:
-            raise UserError(f"{checkpoint.source}: hidden_act {act!r} is not one of "
-                            f"{', '.join(ACTIVATIONS)}")
-        sizes["activation"], sizes["gelu"] = ACTIVATIONS[act]
+           explicit: dict[str, Any], kind_name: str) -> dict[str, Any]:
+    """Sizes from config.json (missing keys at the family's defaults); a bare weights file
+    gives d_model and d_ff by its shapes and needs --heads."""
+    values = config_values(checkpoint, family, kind_name)
+    sizes = {ours: values[key] for key, ours in family.config.items() if key in values}
+    sizes.update(family.constants)
+    if family.activation_key:
+        sizes["activation"], sizes["gelu"] = ACTIVATIONS[values[family.activation_key]]
     if family.config and "d_model" not in sizes:
         sizes["d_model"] = checkpoint.shapes[base + family.anchor][1]
-    w_1 = family.layer.get("W_1")
+    w_1 = family.layer.get("W_1") or family.layer.get("W_GATE")
     if w_1 and "d_ff" not in sizes:
         name = base + w_1[0].format(layer=0)
         if name in checkpoint.shapes:
@@ -186,6 +297,13 @@ def _sizes(checkpoint: Checkpoint, family: Family, base: str,
     if "heads" not in sizes and "heads" not in explicit:
         raise UserError(f"{checkpoint.source}: no config.json gives the number of heads; "
                         f"pass --heads")
+    heads, d_model = explicit.get("heads", sizes.get("heads")), sizes["d_model"]
+    if isinstance(heads, int) and heads > 0 and d_model % heads:
+        said = "--heads" if "heads" in explicit else \
+            next(k for k, ours in family.config.items() if ours == "heads")
+        width = next(k for k, ours in family.config.items() if ours == "d_model")
+        raise UserError(f"{checkpoint.source}: {said} {heads} does not divide the model's "
+                        f"width {width} = {d_model}")
     return sizes
 
 
@@ -249,7 +367,7 @@ def _embedding_inputs(checkpoint: Checkpoint, family: Family, base: str,
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
         raise UserError(f"token id {bad[0]} is outside the vocabulary (0 … {vocab - 1})")
-    lookups = {"WORD_EMB": ids, "POS_EMB": list(range(len(ids))),
+    lookups = {"WORD_EMB": ids, "POS_EMB": _positions(checkpoint, family, ids),
                "TYPE_EMB": [0] * len(ids)}
     inputs = {}
     for ours, (theirs, how) in family.embeddings.items():
@@ -265,14 +383,34 @@ def _embedding_inputs(checkpoint: Checkpoint, family: Family, base: str,
             inputs[ours] = checkpoint.tensor(name)[rows]
         else:
             inputs[ours] = _tensor(checkpoint, name, (d,))[None, :]
+    if "TYPE_EMB" not in family.embeddings:  # DistilBERT: no token types, added as zeros
+        inputs["TYPE_EMB"] = np.zeros((len(ids), d))
     return inputs
+
+
+def _positions(checkpoint: Checkpoint, family: Family, ids: list[int]) -> list[int]:
+    """The position row of each token: p, or RoBERTa's padding_idx + (number of
+    non-padding tokens up to p) (a padding token: padding_idx), as transformers'
+    create_position_ids_from_input_ids."""
+    if family.positions == "index":
+        return list(range(len(ids)))
+    config = checkpoint.config or {}
+    pad = config.get("pad_token_id", family.defaults["pad_token_id"])
+    if not isinstance(pad, int) or isinstance(pad, bool):
+        raise UserError(f"{checkpoint.source}: config.json sets pad_token_id to "
+                        f"{json.dumps(pad)}; {family.name}'s positions start after it")
+    count, positions = 0, []
+    for i in ids:
+        count += i != pad
+        positions.append(pad + count if i != pad else pad)
+    return positions
 
 
 def _hidden_states(checkpoint: Checkpoint, family: Family, base: str, sizes: dict,
                    embedded: dict[str, np.ndarray], layer: int) -> np.ndarray:
     """The embedding step, then layers 0 … layer−1, each by encoder-block's NumPy
     reference: the hidden states entering `layer`."""
-    if family.name == "LLaMA":  # no embedding step of its own: the looked-up rows
+    if family.name in ("LLaMA", "Qwen2"):  # no embedding step of its own: the rows
         kind = get_kind("llama-block")
         fields = {f.name for f in dataclasses.fields(kind.Params)}
         values = {k: v for k, v in sizes.items() if k in fields}
@@ -314,6 +452,7 @@ def _tokenizer(checkpoint: Checkpoint):
         raise UserError(f"{checkpoint.source}: tokenizer.json is not readable ({exc})") \
             from None
     tokenizer.no_padding()  # a saved tokenizer may pad every text to a fixed length
+    tokenizer.no_truncation()  # …or cut it: a text too long for the model is refused instead
     return tokenizer
 
 

@@ -2,6 +2,7 @@
 eps from config.json, weights by the MAMBA name table (families.py), and X the embedding rows
 of the tokens carried through the earlier blocks by the kind's own NumPy reference."""
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,10 @@ from workbook_builder.models.loader import (
     _prefix,
     _short,
     check_request,
+    refuse_unused_tensors,
 )
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.registry import get_kind
-
-# what the sheet leaves out: a checkpoint that needs it is refused in one line
-UNSUPPORTED = {"use_bias": "in_proj and out_proj biases (use_bias)"}
 
 
 def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
@@ -40,13 +39,13 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     checkpoint = read_checkpoint(Path(path))
     family = _family(checkpoint, (MAMBA,))
     base = _prefix(checkpoint, family, prefix)
+    refuse_unused_tensors(checkpoint, family, base, kind_name)
     config = checkpoint.config or {}
-    for key, what in UNSUPPORTED.items():
-        if config.get(key):
-            raise UserError(f"{checkpoint.source}: {what} are not on the mamba-block sheet")
-    if config.get("hidden_act", "silu") != "silu":
-        raise UserError(f"{checkpoint.source}: hidden_act {config['hidden_act']!r}; the "
-                        f"mamba-block sheet computes silu")
+    for key, values in family.fixed.items():
+        if config.get(key, values[0]) not in values:
+            raise UserError(f"{checkpoint.source}: config.json sets {key} to "
+                            f"{json.dumps(config[key])}; the mamba-block sheet computes Mamba "
+                            f"with {key} {json.dumps(values[0])}")
     _existing_layer(checkpoint, family, base, layer)
     sizes = _sizes(checkpoint, base, config)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
@@ -55,6 +54,10 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     kind = get_kind(kind_name)
     params = make_params(kind, {**sizes, **explicit})
     conv_bias = config.get("use_conv_bias", True)
+    unread = base + MAMBA.layer["CONV_B"][0].format(layer=0)
+    if not conv_bias and unread in checkpoint.shapes:
+        raise UserError(f"{checkpoint.source}: tensor {unread} is a bias config.json's "
+                        f"use_conv_bias false leaves out; refused rather than left out")
     inputs = block_inputs(checkpoint, base, layer, kind.input_shapes(params), conv_bias)
     where = f"Mamba layer {layer} of {Path(str(path)).name}"
     if ids is None:
