@@ -11,6 +11,7 @@ import openpyxl
 import pytest
 from conftest import KINDS, cli, fill
 
+from workbook_builder import api
 from workbook_builder.checking.names import find_name
 from workbook_builder.sheet.kind import complete_inputs, make_params
 
@@ -151,3 +152,19 @@ def test_without_a_manifest_one_students_two_files_give_a_warning(five, tmp_path
     assert f"attnsheets: warning: {first}: student b2 also returned {second}" in ran.stderr
     assert "graded 2 of 2 files (1 students)" in ran.stdout
     assert "over the roster" not in ran.stdout and "NOT VERIFIED" in ran.stdout
+
+
+def test_a_formula_of_numbers_only_counts_as_typed_a_formula_reading_cells_does_not(five,
+                                                                                     tmp_path):
+    out, _, _ = five
+    answers = answers_of(out, "a1")
+    book = answer_with_formulas(out, "a1", tmp_path / "attention_a1.xlsx")
+    wb = openpyxl.load_workbook(book)
+    weights, output = find_name(wb, "WEIGHTS", book), find_name(wb, "OUTPUT", book)
+    for j in range(3):  # "=0.3125": a number in the guise of a formula
+        wb[weights.sheet].cell(weights.top, weights.left + j).value = \
+            f"={float(answers['WEIGHTS'][0, j])!r}"
+    wb[output.sheet].cell(output.top, output.left).value = float(answers["OUTPUT"][0, 0])
+    wb.save(book)
+    grade = api.grade_file(book, None, api.read_record(out))
+    assert (grade.typed, grade.correct, grade.total, grade.problem) == (4, 15, 15, "")
