@@ -289,7 +289,8 @@ def test_one_file_given_three_times_is_one_row_counted_once(one_class, tmp_path)
     assert list(csv.DictReader(grades.open())).__len__() == 2
     assert "given 3 times" in ran.stderr
     assert "graded 2 of 2 files" in ran.stdout
-    assert "mean score 50.0%, full marks 1" in ran.stdout
+    assert "mean score 50.0% over returned files" in ran.stdout
+    assert "full marks 1" in ran.stdout
 
 
 def test_the_same_student_in_two_files_is_named_and_counted_once(one_class, tmp_path):
@@ -306,5 +307,7 @@ def test_the_same_student_in_two_files_is_named_and_counted_once(one_class, tmp_
     assert len(rows) == 3
     assert "same student a1 as" in rows["homework (1).xlsx"]["problem"]
     assert "homework (1).xlsx" in ran.stderr and "same student a1" in ran.stderr
+    assert "also returned" in rows["attention_a1.xlsx"]["problem"]  # both files flagged
     assert "graded 3 of 3 files (2 students)" in ran.stdout
-    assert "mean score 50.0%, full marks 1" in ran.stdout
+    assert "mean score 50.0% over returned files" in ran.stdout
+    assert "full marks 1" in ran.stdout

@@ -1,5 +1,6 @@
 """What the commands print: reports and summaries as text lines."""
 
+import unicodedata
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -67,29 +68,55 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def _padded(text: str, width: int) -> str:
+    """`text` padded to `width` terminal columns (a CJK character takes two)."""
+    return text + " " * (width - _columns(text))
+
+
+def _columns(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
-    """One line per file, and the summary line."""
-    width = max(len(printable(g.student)) for g in grades)
+    """One line per file (and per student of the manifest who returned none), and the
+    summary line."""
+    ids = [printable(g.student) for g in grades]
+    names = [printable(g.name) for g in grades]
+    id_width, name_width = max(map(_columns, ids)), max(map(_columns, names))
     lines = []
-    for g in grades:
-        student = printable(g.student)
-        if g.problem:
-            lines.append(f"{student:<{width}}  NOT GRADED ({g.problem})")
+    for g, student, name in zip(grades, ids, names, strict=True):
+        who = _padded(student, id_width) + (f"  {_padded(name, name_width)}" if name_width
+                                            else "")
+        if not g.returned:
+            lines.append(f"{who}  not returned")
+        elif g.problem:
+            lines.append(f"{who}  NOT GRADED ({g.problem})")
         else:
             steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
+            typed = f"  typed values {g.typed}/{g.total}" if g.typed else ""
             changed = f"  CHANGED: {printable('; '.join(g.changes))}" if g.changes else ""
             changed += f"  ({printable('; '.join(g.notes))})" if g.notes else ""
-            lines.append(f"{student:<{width}}  {g.correct}/{g.total} "
-                         f"({100 * g.correct / g.total:.0f}%)  {steps}{changed}")
-    graded = [g for g in grades if not g.problem]
+            lines.append(f"{who}  {g.correct}/{g.total} "
+                         f"({100 * g.correct / g.total:.0f}%)  {steps}{typed}{changed}")
+    files = [g for g in grades if g.returned]
+    graded = [g for g in files if not g.problem]
     counted = [g for g in graded if not g.same_as]  # each student once
     scores = [100 * g.correct / g.total for g in counted if g.total]
-    summary = f"graded {len(graded)} of {len(grades)} files"
+    roster = {g.student for g in grades if g.on_roster}
+    summary = f"graded {len(graded)} of {len(files)} files"
     if len(counted) < len(graded):
         summary += f" ({len(counted)} students)"
     if scores:
-        summary += (f"; mean score {np.mean(scores):.1f}%, full marks "
-                    f"{sum(g.correct == g.total for g in counted)}")
+        summary += f"; mean score {np.mean(scores):.1f}% over returned files"
+    if roster:  # a student who returned nothing (or nothing gradable) scores 0
+        missing = sum(not g.returned for g in grades)
+        summary += (f"{',' if scores else ';'} {sum(scores) / len(roster):.1f}% over the "
+                    f"roster of {len(roster)} ({missing} not returned, counted as 0)")
+    if scores:
+        summary += f"; full marks {sum(g.correct == g.total for g in counted)}"
+    typed = sum(g.typed > 0 for g in graded)
+    if typed:
+        summary += f"; typed values in {typed} file(s)"
     if grades and all(g.verified for g in grades):
         summary += (f"; verified against the manifest, {sum(bool(g.changes) for g in graded)}"
                     f" file(s) differ from it")

@@ -123,17 +123,18 @@ def cmd_grade(args) -> bool:
     """True if every file could be graded and none differs from the manifest (scores never
     fail the command)."""
     grades = api.grade_all(args.paths, args.out, args.force, args.engine, args.manifest)
-    for grade in grades:
+    files = [grade for grade in grades if grade.returned]
+    for grade in files:
         if grade.problem:
             print(f"attnsheets: {grade.problem}", file=sys.stderr)
         elif grade.changes:
             print(f"attnsheets: {grade.file}: {printable('; '.join(grade.changes))}",
                   file=sys.stderr)
         if grade.notes:
-            print(f"attnsheets: {printable(grade.file)}: {printable('; '.join(grade.notes))}",
-                  file=sys.stderr)
+            print(f"attnsheets: warning: {printable(grade.file)}: "
+                  f"{printable('; '.join(grade.notes))}", file=sys.stderr)
     lines, summary = format_grades(grades)
-    print(f"found {len(grades)} workbook(s) to grade in "
+    print(f"found {len(files)} workbook(s) to grade in "
           f"{', '.join(map(str, args.paths))} (subfolders included)")
     print("\n".join(lines))
     print(summary + (f"; wrote {args.out}" if args.out is not None else ""))

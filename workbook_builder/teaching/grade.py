@@ -1,4 +1,5 @@
-"""`grade`: score returned exercise workbooks, one CSV row per file.
+"""`grade`: score returned exercise workbooks, one CSV row per file (and, with the class's
+manifest, one per student who returned none).
 
 With the class's manifest (`manifest.json`, written by `class`), everything but the answers
 comes from the teacher's record: the student (matched by file name, else by the inputs),
@@ -17,6 +18,7 @@ not carried forward into OUTPUT, matching the in-sheet self-check.
 
 import collections
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,13 +60,25 @@ class Grade:
     changes: list[str] = field(default_factory=list)  # how the file differs from it
     given: int = 1  # times the file was named (folders included): graded once
     same_as: str = ""  # an earlier file of the same student, the one counted
+    also: list[str] = field(default_factory=list)  # the student's later files (not counted)
+    typed: int = 0  # answer cells holding a typed number, not a formula
+    returned: bool = True  # False: a student of the manifest who returned no file
+    on_roster: bool = False  # the file is a student's of the manifest
+    inputs_of: str = ""  # the other student whose inputs the file holds (a copy)
+    copied_into: list[str] = field(default_factory=list)  # copies of this file's inputs
 
     @property
     def notes(self) -> list[str]:
-        """Duplicates: a file named again, a student's second file."""
+        """Duplicates and copies: a file named again, a student's two files, the original
+        of a copied file."""
         notes = [f"given {self.given} times; graded once"] if self.given > 1 else []
         if self.same_as:
-            notes.append(f"same student {self.student} as {self.same_as}; counted once")
+            notes.append(f"same student {self.student} as {self.same_as}; not counted "
+                         f"(that file is)")
+        if self.also:
+            notes.append(f"student {self.student} also returned {', '.join(self.also)}; "
+                         f"this file is counted")
+        notes += [f"inputs copied into {copy}" for copy in self.copied_into]
         return notes
 
     @property
@@ -160,19 +174,22 @@ class _Returned:
                            self.placement(kind, params, layout).places)
 
     def score(self, where: NamedRange, answer: np.ndarray,
-              tolerance: float) -> tuple[int, int]:
-        """(cells within `tolerance` of `answer`, cells) of the block at `where`."""
+              tolerance: float) -> tuple[int, int, int]:
+        """(cells within `tolerance` of `answer`, cells, cells holding a typed number) of
+        the block at `where`."""
         ws = self.wb[where.sheet]
         in_array = array_members(ws, where)
-        correct = 0
+        correct = typed = 0
         for i in range(where.shape[0]):
             for j in range(where.shape[1]):
                 row, col = where.top + i, where.left + j
                 cell = ws.cell(row, col)
-                got = self.value_of(where.sheet, row, col) if holds_formula(cell, in_array) \
-                    else cell.value
+                formula = holds_formula(cell, in_array)
+                got = self.value_of(where.sheet, row, col) if formula else cell.value
                 correct += _is_correct(got, answer[i, j], tolerance)
-        return correct, answer.size
+                typed += _is_number(cell.value) if not formula else \
+                    isinstance(cell.value, str) and bool(CONSTANTS.fullmatch(cell.value))
+        return correct, answer.size, typed
 
 
 def _grade(returned: _Returned, grade: Grade) -> None:
@@ -189,17 +206,20 @@ def _grade(returned: _Returned, grade: Grade) -> None:
     placement = returned.placement(kind, params, spec.layout, spec.exercise)
     grade.changes += _placement_changes(placement)
     for step in spec.exercise.steps:
-        grade.steps[step] = _score(returned, placement, step,
-                                   np.asarray(expected[step], float), spec.exercise.tolerance)
+        _score(returned, placement, step, np.asarray(expected[step], float),
+               spec.exercise.tolerance, grade)
 
 
 def _score(returned: _Returned, placement: Placement, step: str, answer: np.ndarray,
-           tolerance: float) -> tuple[int, int]:
-    """The step's score where the layout puts it; 0 when its name points elsewhere or into
-    a hidden sheet (`_placement_changes` says why)."""
+           tolerance: float, grade: Grade) -> None:
+    """The step's score where the layout puts it, and its typed cells counted; 0 when its
+    name points elsewhere or into a hidden sheet (`_placement_changes` says why)."""
     if step in placement.misplaced or step not in placement.places:
-        return 0, answer.size
-    return returned.score(placement.places[step], answer, tolerance)
+        grade.steps[step] = 0, answer.size
+        return
+    correct, cells, typed = returned.score(placement.places[step], answer, tolerance)
+    grade.steps[step] = correct, cells
+    grade.typed += typed
 
 
 def _placement_changes(placement: Placement) -> list[str]:
@@ -222,6 +242,7 @@ def _grade_from_record(returned: _Returned, grade: Grade,
         raise UserError(f"{path} matches no student of the manifest (neither its file name "
                         f"nor its inputs)")
     grade.student, grade.name, grade.kind = record.student, record.name, record.kind
+    grade.on_roster = True
     kind, params = record.kind_params()
     recorded = record.inputs()
     if file_inputs is None:
@@ -231,14 +252,15 @@ def _grade_from_record(returned: _Returned, grade: Grade,
         changes.append("inputs edited")
     if holder is not None and holder is not record:
         changes.append(f"inputs are those of student {holder.student}")
+        grade.inputs_of = holder.student
     changes += _about_changes(returned, record)
     placement = returned.placement(kind, params, record.layout,
                                    ExerciseSpec(record.steps, record.tolerance))
     changes += _placement_changes(placement)
     expected = kind.reference(recorded, params)
     for step in record.steps:
-        grade.steps[step] = _score(returned, placement, step,
-                                   np.asarray(expected[step], float), record.tolerance)
+        _score(returned, placement, step, np.asarray(expected[step], float),
+               record.tolerance, grade)
 
 
 def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
@@ -299,10 +321,17 @@ class _Fallback(dict):
         return self._evaluated().get(key, default) if value is None else value
 
 
+# A formula of numbers only ("=0.25", "=1/4"): a typed value in the guise of a formula
+CONSTANTS = re.compile(r"=[\s\d.eE+\-*/^()%]*")
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) \
+        and math.isfinite(value)  # not blank, text, an error value ('#DIV/0!'), TRUE/FALSE
+
+
 def _is_correct(got: Any, want: float, tolerance: float) -> bool:
-    if isinstance(got, bool) or not isinstance(got, int | float) or not math.isfinite(got):
-        return False  # blank, text, an error value ('#DIV/0!'), TRUE/FALSE
-    return abs(float(got) - want) <= tolerance
+    return _is_number(got) and abs(float(got) - want) <= tolerance
 
 
 def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
@@ -312,14 +341,17 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
         steps += [s for s in grade.steps if s not in steps]
     rows = []
     for g in grades:
+        scored = g.returned and not g.problem
         cells = [f"{g.steps[s][0]}/{g.steps[s][1]}" if s in g.steps else "" for s in steps]
-        score = f"{100 * g.correct / g.total:.1f}" if g.total and not g.problem else ""
+        score = f"{100 * g.correct / g.total:.1f}" if g.total and scored else ""
+        problem = (g.problem or "; ".join(g.changes + g.notes)) if g.returned \
+            else "not returned"
         rows.append([g.student, g.name, g.file, g.kind, *cells,
-                     g.correct if not g.problem else "", g.total if not g.problem else "",
-                     score, g.problem or "; ".join(g.changes + g.notes),
+                     g.correct if scored else "", g.total if scored else "", score,
+                     g.typed if scored else "", problem,
                      "yes" if g.verified else "no (no manifest)"])
     write_csv(out, ["student", "name", "file", "kind", *steps, "correct", "total", "score",
-                    "problem", "verified"], rows, force)
+                    "typed values", "problem", "verified"], rows, force)
 
 
 def grade_all(paths: list[Path], out: Path | None, force: bool,
@@ -327,8 +359,11 @@ def grade_all(paths: list[Path], out: Path | None, force: bool,
     """Grade every file (a file that cannot be graded gets a row with its problem), and
     write the CSV when asked. `engine`: recalculate formula cells with it (see grade_file).
     `manifest`: the class's manifest.json (or its folder), against which every file is
-    graded and verified. A file named more than once is graded once; a student's second
-    file is graded, and marked `same_as` the first (which alone counts in a summary)."""
+    graded and verified; the grades then follow the roster's order, a student who returned
+    nothing has one (`returned` False), and the original of a copied file lists the copies
+    (`copied_into`). A file named more than once is graded once; of a student's files the
+    first is counted in a summary and lists the others (`also`), which are marked
+    `same_as` it."""
     students = read_record(manifest) if manifest is not None else None
     files = collect_files(paths)
     if out is not None and out.exists() and not force:  # refuse before the work
@@ -349,6 +384,32 @@ def grade_all(paths: list[Path], out: Path | None, force: bool,
         first = counted.setdefault(grade.student, grade)
         if first is not grade:
             grade.same_as = first.file
+            first.also.append(grade.file)
+    if students is not None:
+        _name_originals(grades)
+        grades = _roster_rows(grades, students)
     if out is not None:
         write_grades(grades, out, force)
     return grades
+
+
+def _name_originals(grades: list[Grade]) -> None:
+    """A copy names the student whose inputs it holds; that student's own file (holding
+    them as its own) names the copy in turn."""
+    for copy in grades:
+        for original in grades:
+            if copy.inputs_of and original.student == copy.inputs_of \
+                    and not original.problem and not original.inputs_of:
+                original.copied_into.append(f"{copy.file} (student {copy.student})")
+
+
+def _roster_rows(grades: list[Grade], students: list[StudentRecord]) -> list[Grade]:
+    """The grades in the roster's order (a student's files in the order given, files of no
+    student last), with a row for each student who returned no file."""
+    returned = {g.student for g in grades if g.on_roster}
+    missing = [Grade("", student=s.student, kind=s.kind, name=s.name, verified=True,
+                     returned=False, on_roster=True)
+               for s in students if s.student not in returned]
+    order = {s.student: n for n, s in enumerate(students)}
+    return sorted(grades + missing,
+                  key=lambda g: order[g.student] if g.on_roster else len(order))
