@@ -221,7 +221,7 @@ def _cmd_check(args) -> int:
             print(f"attnsheets: not installed, so not compared: {', '.join(missing)}",
                   file=sys.stderr)
     progress = Progress(args.quiet)
-    per_file, refused = [], 0
+    per_file, refused, broke = [], 0, 0
     try:
         for path in args.files:  # every file is reported, whatever happened to the others
             try:
@@ -231,19 +231,23 @@ def _cmd_check(args) -> int:
                 progress.clear()
                 print(f"attnsheets: error: {exc}", file=sys.stderr)
                 refused += 1
+            except Exception as exc:  # a bug this file brought out: named, the rest checked
+                progress.clear()
+                print(_internal_error(exc, f"{path}: "), file=sys.stderr)
+                broke += 1
     finally:
         progress.clear()
     reports = [r for group in per_file for r in group]
     if reports and args.json:
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(args.files) * len(engines) == 1 else data, indent=2,
-                         ensure_ascii=False))
+                         ensure_ascii=False, allow_nan=False))  # strict JSON, or a bug
     elif reports and len(engines) == 1 and args.engine != "all":
         print("\n".join(format_report(r) for r in reports))
     elif reports:
         print("\n".join(format_side_by_side(group) for group in per_file))
-    if refused:  # the worst outcome sets the exit code
-        return EXIT_USAGE
+    if broke or refused:  # the worst outcome sets the exit code
+        return EXIT_INTERNAL if broke else EXIT_USAGE
     return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
 
 
@@ -346,10 +350,14 @@ def main(argv: list[str] | None = None) -> int:
         print("attnsheets: terminated", file=sys.stderr)
         return EXIT_TERMINATED
     except Exception as exc:  # a bug: one line naming it, never a traceback (unless asked)
-        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
-            traceback.print_exc()
-        message = " ".join(str(exc).split())
-        print(f"attnsheets: internal error: {type(exc).__name__}"
-              f"{': ' + message if message else ''} (set {DEBUG_VARIABLE}=1 for the "
-              f"traceback)", file=sys.stderr)
+        print(_internal_error(exc), file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _internal_error(exc: Exception, where: str = "") -> str:
+    """A bug as one line naming it (the traceback first, if asked for)."""
+    if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+        traceback.print_exc()
+    message = " ".join(str(exc).split())
+    return (f"attnsheets: internal error: {where}{type(exc).__name__}"
+            f"{': ' + message if message else ''} (set {DEBUG_VARIABLE}=1 for the traceback)")

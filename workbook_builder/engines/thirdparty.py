@@ -51,9 +51,33 @@ OPENPYXL_SHORTCUTS = within(openpyxl.__version__, "3.1", "3.2")
 FORMULAS_VERSIONS = ("1.3.4", "1.4")
 
 
+def _number_a_double_holds(cast):
+    """openpyxl's reading of a number cell's text, except that a whole number too large for
+    a double (400 digits: no application writes one) reads as ±inf, as its text with a
+    decimal point would, instead of a Python int that every later float() refuses."""
+    @functools.wraps(cast)
+    def read(text: str):
+        number = cast(text)
+        if isinstance(number, int) and len(text) > 300:
+            return float(text)  # a double, as a spreadsheet reads it: float("9" * 400) is inf
+        return number
+    read.wraps_cast = True
+    return read
+
+
+def _cast_numbers_as_doubles() -> None:
+    from openpyxl.worksheet import _reader
+
+    cast = getattr(_reader, "_cast_number", None)
+    if cast is not None and not getattr(cast, "wraps_cast", False):
+        _reader._cast_number = _number_a_double_holds(cast)
+
+
 def load_workbook(path, **options):
     """openpyxl.load_workbook, without its warning about a missing default cell style:
-    files saved by Gnumeric have none, and it says nothing about their contents."""
+    files saved by Gnumeric have none, and it says nothing about their contents; a whole
+    number beyond a double's range reads as ±inf."""
+    _cast_numbers_as_doubles()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Workbook contains no default style")
         return openpyxl.load_workbook(path, **options)
