@@ -46,8 +46,8 @@ def test_an_unexpected_exception_is_one_line_and_exit_3(tmp_path, monkeypatch):
     ran = cli("check", path)
     assert ran.returncode == 3
     assert ran.stderr.strip().splitlines() == [
-        "attnsheets: internal error: RuntimeError: something broke (set ATTNSHEETS_DEBUG=1 "
-        "for the traceback)"]
+        f"attnsheets: internal error: {path}: RuntimeError: something broke (set "
+        f"ATTNSHEETS_DEBUG=1 for the traceback)"]
     monkeypatch.setenv(app.DEBUG_VARIABLE, "1")
     ran = cli("check", path)
     assert ran.returncode == 3 and "Traceback" in ran.stderr
