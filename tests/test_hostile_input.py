@@ -145,3 +145,12 @@ def test_json_report_is_strict_json_without_numpy_warnings(tmp_path):
         raise AssertionError(f"{constant} is not JSON")
     report = json.loads(ran.stdout, parse_constant=refuse)
     assert not report["passed"]
+
+
+def test_a_folder_named_like_the_output_is_never_offered_to_force(tmp_path):
+    folder = tmp_path / "dir.xlsx"
+    folder.mkdir()
+    for force in ([], ["--force"]):
+        line = one_line_error(cli("build", "attention", "-o", folder, *force))
+        assert line == f"attnsheets: error: {folder} is a folder; name a file to write"
+    assert folder.is_dir() and list(folder.iterdir()) == []
