@@ -3,13 +3,15 @@ error. Formulas no engine reads, numbers beyond a double, defined names that are
 JSON nested or keyed to break a reader, decimal-comma CSVs, strict `--json`."""
 
 import json
+import signal
 import zipfile
 from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import ATTENTION, build, cli, one_line_error, run_cli
+from conftest import ATTENTION, build, cli, one_line_error, requires_libreoffice, run_cli
 from openpyxl.workbook.defined_name import DefinedName
+from test_hostile_grading import start, terminate_once
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 
@@ -154,3 +156,40 @@ def test_a_folder_named_like_the_output_is_never_offered_to_force(tmp_path):
         line = one_line_error(cli("build", "attention", "-o", folder, *force))
         assert line == f"attnsheets: error: {folder} is a folder; name a file to write"
     assert folder.is_dir() and list(folder.iterdir()) == []
+
+
+# -- signals ---------------------------------------------------------------------------------
+
+def processes_naming(text: str) -> list[str]:
+    """The command lines of running processes that contain `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
+
+def test_sighup_during_build_cleans_up_as_sigterm_does(tmp_path):
+    out = tmp_path / "books"
+    out.mkdir()
+    process, _ = start(["build", "attention", "-o", out / "big.xlsx", "--seq-len", "40",
+                        "--d-model", "16", "--d-k", "16"], tmp_path)
+    code, err = terminate_once(process, lambda: any(out.glob(".attnsheets-*")), signal.SIGHUP)
+    assert (code, err.strip()) == (129, "attnsheets: hung up")
+    assert list(out.iterdir()) == []
+
+
+@requires_libreoffice
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_a_libreoffice_check_leaves_no_soffice_and_no_folder(tmp_path, signum):
+    book = build(tmp_path, "attention", ATTENTION)
+    process, private = start(["check", book, "--engine", "libreoffice", "--quiet"], tmp_path)
+    # LibreOffice has made its own lu….tmp folder when the signal comes
+    code, err = terminate_once(process, lambda: any(private.rglob("lu*.tmp")), signum)
+    assert code == 128 + signum, err
+    assert list(private.iterdir()) == []
+    assert processes_naming(str(private)) == []

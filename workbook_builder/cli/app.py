@@ -49,29 +49,38 @@ from workbook_builder.cli.teaching import (
 )
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM, as shells do
+# 128 + SIGINT, 128 + SIGTERM, as shells do (SIGHUP: 129)
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+# SIGTERM, and SIGHUP (its terminal closed): the program unwinds as for Ctrl-C
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
 DEBUG_VARIABLE = "ATTNSHEETS_DEBUG"  # set to 1: an internal error prints its traceback
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised where the program is so that every `finally` and `with` cleans up
-    (temporary files and folders) as for Ctrl-C."""
+    """SIGTERM or SIGHUP, raised where the program is so that every `finally` and `with`
+    cleans up (temporary files and folders, office programs) as for Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _on_signal(signum, frame):  # noqa: ARG001 (signal handler)
-    for other in (signal.SIGINT, signal.SIGTERM):  # cleaning up: a second signal waits
+    for other in (signal.SIGINT, *STOP_SIGNALS):  # cleaning up: a second signal waits
         signal.signal(other, signal.SIG_IGN)
-    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
 
 @contextlib.contextmanager
 def _clean_exit_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM unwind the program (cleaning up) for as long as a command runs;
-    the handlers before are put back after (main() may be called by a host program)."""
+    """SIGINT, SIGTERM and SIGHUP unwind the program (cleaning up) for as long as a command
+    runs; the handlers before are put back after (main() may be called by a host
+    program)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers
         return
-    before = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, *STOP_SIGNALS)
               if signal.getsignal(s) is not signal.SIG_IGN}  # e.g. `nohup`: stays ignored
     try:
         yield
@@ -346,9 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnsheets: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Terminated:
-        print("attnsheets: terminated", file=sys.stderr)
-        return EXIT_TERMINATED
+    except Terminated as stop:
+        said = "hung up" if stop.signum == getattr(signal, "SIGHUP", None) else "terminated"
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(f"attnsheets: {said}", file=sys.stderr)
+        return 128 + stop.signum
     except Exception as exc:  # a bug: one line naming it, never a traceback (unless asked)
         print(_internal_error(exc), file=sys.stderr)
         return EXIT_INTERNAL
