@@ -3,7 +3,11 @@ error. Formulas no engine reads, numbers beyond a double, defined names that are
 JSON nested or keyed to break a reader, decimal-comma CSVs, strict `--json`."""
 
 import json
+import os
+import resource
 import signal
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -193,3 +197,32 @@ def test_a_signal_during_a_libreoffice_check_leaves_no_soffice_and_no_folder(tmp
     assert code == 128 + signum, err
     assert list(private.iterdir()) == []
     assert processes_naming(str(private)) == []
+
+
+# -- a full disk -----------------------------------------------------------------------------
+
+def run_with_file_size_limit(args, limit: int, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in a new process that cannot write a file beyond `limit` bytes: writes fail
+    as on a full disk (EFBIG; Python ignores SIGXFSZ)."""
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return subprocess.run([sys.executable, "-m", "workbook_builder", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=300,
+                          preexec_fn=limited, env={**os.environ, "TMPDIR": str(cwd)})
+
+
+@pytest.mark.parametrize("command", [
+    ["build", "attention", "-o", "out/a.xlsx", "--seq-len", "12", "--d-model", "8",
+     "--d-k", "8"],
+    ["class", "attention", "--roster", "roster.csv", "--out", "out/class", "--exercise",
+     "WEIGHTS", "--seq-len", "12", "--d-model", "8", "--d-k", "8"],
+], ids=["build", "class"])
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, command):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "roster.csv").write_text("id,name\ns1,A\ns2,B\n")
+    ran = run_with_file_size_limit(command, 20_000, tmp_path)
+    assert ran.returncode == 2, ran.stderr
+    [line] = ran.stderr.strip().splitlines()  # no "Exception ignored in …" after it
+    assert "File too large" in line and "attnsheets-" not in line, line
+    assert list((tmp_path / "out").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "roster.csv"]

@@ -96,16 +96,51 @@ def save_workbook(wb, path, shortcuts: bool | None = None) -> None:
     "%.16g" (its cell writer's `safe_string`), 16 significant digits, which can move a
     double by one unit in the last place; repr's up to 17 read back bit for bit."""
     if not (OPENPYXL_SHORTCUTS if shortcuts is None else shortcuts):
-        wb.save(path)
+        _closing_on_failure(wb.save, path)
         return
     import openpyxl.cell._writer as writer
 
     original = writer.safe_string
     writer.safe_string = functools.partial(_exact_number_text, original=original)
     try:
-        wb.save(path)
+        _closing_on_failure(wb.save, path)
     finally:
         writer.safe_string = original
+
+
+def _closing_on_failure(save, path) -> None:
+    """`save(path)`; if it fails (a full disk), what openpyxl left open, its zip and the
+    sheet writer's stream, is closed now, quietly, rather than by the garbage collector,
+    which prints "Exception ignored in ZipFile.__del__" and a traceback under the one-line
+    error. lxml's error for a failed write becomes the OSError it stands for."""
+    import errno
+    import types
+    import zipfile
+
+    try:
+        from lxml.etree import SerialisationError
+    except ImportError:  # openpyxl writes with the standard library then
+        SerialisationError = OSError  # noqa: N806 (a stand-in for the class)
+
+    def close_quietly(value) -> None:
+        if isinstance(value, zipfile.ZipFile | types.GeneratorType):
+            with contextlib.suppress(Exception):
+                value.close()  # fails again on a full disk, but marks it closed
+
+    try:
+        save(path)
+    except BaseException as exc:
+        frame = exc.__traceback__
+        while frame is not None:
+            for value in list(frame.tb_frame.f_locals.values()):
+                close_quietly(value)
+                for attribute in list(getattr(value, "__dict__", {}).values()):
+                    close_quietly(attribute)  # a writer's open stream (WorksheetWriter.xf)
+            frame = frame.tb_next
+        if isinstance(exc, SerialisationError):  # "IO_ENOSPC", "IO_EFBIG", …
+            code = getattr(errno, str(exc).removeprefix("IO_"), errno.EIO)
+            raise OSError(code, os.strerror(code)) from None  # callers name the file
+        raise
 
 
 def stored_cells(ws, shortcuts: bool | None = None) -> Iterator[Cell]:
