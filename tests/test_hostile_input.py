@@ -13,7 +13,15 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import ATTENTION, build, cli, one_line_error, requires_libreoffice, run_cli
+from conftest import (
+    ATTENTION,
+    build,
+    cli,
+    exercise_book,
+    one_line_error,
+    requires_libreoffice,
+    run_cli,
+)
 from openpyxl.workbook.defined_name import DefinedName
 from test_hostile_grading import start, terminate_once
 
@@ -226,3 +234,21 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, command):
     assert "File too large" in line and "attnsheets-" not in line, line
     assert list((tmp_path / "out").iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "roster.csv"]
+
+
+# -- file names that hold terminal escape sequences ------------------------------------------
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07"  # clear the screen, retitle the terminal
+
+
+def test_file_names_with_escape_sequences_never_reach_the_terminal_raw(tmp_path):
+    returned = tmp_path / "returned"
+    returned.mkdir()
+    exercise_book(returned, "attention", ATTENTION, ["WEIGHTS"], name=f"a{ESCAPES}.xlsx")
+    (returned / f"b{ESCAPES}.xlsx").write_bytes(b"not a workbook")
+    graded = cli("grade", returned)
+    assert "NOT GRADED" in graded.stdout and "\\x1b[2J" in graded.stderr, graded
+    checked = cli("check", *sorted(returned.iterdir()))
+    assert checked.returncode == 2 and "\\x1b]0;owned\\x07" in checked.stdout + checked.stderr
+    for ran in (graded, checked):
+        assert "\x1b" not in ran.stdout + ran.stderr and "\x07" not in ran.stdout + ran.stderr

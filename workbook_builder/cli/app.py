@@ -36,6 +36,7 @@ from workbook_builder.cli.printing import (
     format_report,
     format_reproduction,
     format_side_by_side,
+    printable,
 )
 from workbook_builder.cli.progress import Progress
 from workbook_builder.cli.teaching import (
@@ -215,8 +216,8 @@ def _cmd_build(args) -> int:
                      exercise=exercise_from_args(args), force=args.force,
                      max_cells=args.max_cells, example=args.example,
                      **checkpoint_args(args), **explicit_params(kind, args))
-    print(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
-          f"layout {args.layout}, {book.formula_cells} formula cells")
+    print(printable(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
+                    f"layout {args.layout}, {book.formula_cells} formula cells"))
     if args.example is not None:
         print(book.note)
     return EXIT_OK
@@ -238,7 +239,7 @@ def _cmd_check(args) -> int:
                                  for engine in engines])
             except AttnsheetsError as exc:
                 progress.clear()
-                print(f"attnsheets: error: {exc}", file=sys.stderr)
+                print(f"attnsheets: error: {printable(str(exc))}", file=sys.stderr)
                 refused += 1
             except Exception as exc:  # a bug this file brought out: named, the rest checked
                 progress.clear()
@@ -346,11 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except AttnsheetsError as exc:
-        print(f"attnsheets: error: {exc}", file=sys.stderr)
+        print(f"attnsheets: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"attnsheets: error: {exc.strerror or exc}"
-              f"{': ' + str(exc.filename) if exc.filename else ''}", file=sys.stderr)
+        print(printable(f"attnsheets: error: {exc.strerror or exc}"
+                        f"{': ' + str(exc.filename) if exc.filename else ''}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("attnsheets: interrupted", file=sys.stderr)
@@ -370,5 +371,6 @@ def _internal_error(exc: Exception, where: str = "") -> str:
     if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
         traceback.print_exc()
     message = " ".join(str(exc).split())
-    return (f"attnsheets: internal error: {where}{type(exc).__name__}"
-            f"{': ' + message if message else ''} (set {DEBUG_VARIABLE}=1 for the traceback)")
+    return printable(f"attnsheets: internal error: {where}{type(exc).__name__}"
+                     f"{': ' + message if message else ''} (set {DEBUG_VARIABLE}=1 for the "
+                     f"traceback)")

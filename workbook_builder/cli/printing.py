@@ -28,7 +28,7 @@ def format_report(report: CheckReport) -> str:
                      f"{failed[0]} ({report.seconds:.1f} s)")
     else:
         lines.append(f"  all {len(report.steps)} steps pass ({report.seconds:.1f} s)")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # a file's name or text may hold escapes
 
 
 def format_side_by_side(reports: list[CheckReport]) -> str:
@@ -58,12 +58,12 @@ def format_side_by_side(reports: list[CheckReport]) -> str:
     timing = ", ".join(f"{r.engine} {r.seconds:.1f} s" for r in reports)
     passed = all(r.passed for r in reports)
     lines.append(f"  {'all steps pass in every engine' if passed else 'FAILED'} ({timing})")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))
 
 
 def printable(text: str) -> str:
-    """A student's text as it may reach a terminal: control characters (an escape sequence
-    could rewrite the screen) shown as escapes."""
+    """Text from a user's files or their names as it may reach a terminal: control
+    characters (an escape sequence could rewrite the screen) shown as escapes."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
@@ -74,7 +74,7 @@ def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
     for g in grades:
         student = printable(g.student)
         if g.problem:
-            lines.append(f"{student:<{width}}  NOT GRADED ({g.problem})")
+            lines.append(f"{student:<{width}}  NOT GRADED ({printable(g.problem)})")
         else:
             steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
             changed = f"  CHANGED: {printable('; '.join(g.changes))}" if g.changes else ""

@@ -125,13 +125,13 @@ def cmd_grade(args) -> bool:
     grades = api.grade_all(args.paths, args.out, args.force, args.engine, args.manifest)
     for grade in grades:
         if grade.problem:
-            print(f"attnsheets: {grade.problem}", file=sys.stderr)
+            print(f"attnsheets: {printable(grade.problem)}", file=sys.stderr)
         elif grade.changes:
-            print(f"attnsheets: {grade.file}: {printable('; '.join(grade.changes))}",
-                  file=sys.stderr)
+            print(f"attnsheets: {printable(str(grade.file))}: "
+                  f"{printable('; '.join(grade.changes))}", file=sys.stderr)
     lines, summary = format_grades(grades)
-    print(f"found {len(grades)} workbook(s) to grade in "
-          f"{', '.join(map(str, args.paths))} (subfolders included)")
+    print(printable(f"found {len(grades)} workbook(s) to grade in "
+                    f"{', '.join(map(str, args.paths))} (subfolders included)"))
     print("\n".join(lines))
-    print(summary + (f"; wrote {args.out}" if args.out is not None else ""))
+    print(printable(summary + (f"; wrote {args.out}" if args.out is not None else "")))
     return all(not g.problem and not g.changes for g in grades)

@@ -276,6 +276,10 @@ class FormulasModel:
             wb, self._book = source, book or "book.xlsx"
         else:
             wb, self._book = load_workbook(source), Path(source).name
+        # the engine's keys hold the name in brackets ('[book.xlsx]SHEET'!A1): a bracket
+        # or a control character in a file's name would break them
+        self._book = "".join("_" if c in "[]" or not c.isprintable() else c
+                             for c in self._book)
         entries = model_dict(wb, self._book, bounded)
         # upper-cased title <-> the engine's name, for sheets the engine knows by another
         self._engine_names = {title.upper(): name for title, name in
