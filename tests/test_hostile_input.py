@@ -26,6 +26,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from test_hostile_grading import start, terminate_once
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
+DEEP = "[" * 5000 + "]" * 5000  # beyond the json module's recursion
 
 
 def edited(path: Path, target: Path, change) -> Path:
@@ -114,7 +115,7 @@ def test_check_of_several_files_reports_around_a_hostile_one(tmp_path):
 
 @pytest.mark.parametrize("text,says", [
     ('{"X": [[1' + "0" * 400 + ", 1], [1, 2], [3, 4]]}", "not a finite number"),
-    ('{"X": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+    ('{"X": ' + DEEP + "}", "nested too deeply"),
     ('{"X": [[1, 2], [3, 4], [5, 6]], "X": [[0, 0], [0, 0], [0, 0]]}', "'X' appears twice"),
 ])
 def test_an_inputs_json_that_breaks_a_reader_is_one_line(tmp_path, text, says):
@@ -124,6 +125,26 @@ def test_an_inputs_json_that_breaks_a_reader_is_one_line(tmp_path, text, says):
                               "--inputs", inputs))
     assert says in line, line
     assert not (tmp_path / "a.xlsx").exists()
+
+
+@pytest.mark.parametrize("key", ["params", "tokens"])
+def test_an_about_value_nested_5000_deep_is_one_line(tmp_path, key):
+    book = build(tmp_path, "attention", ATTENTION)
+
+    def nest(wb):
+        ws = wb["About"]
+        row = next(r for r in range(1, ws.max_row + 1) if ws.cell(r, 1).value == key)
+        ws.cell(row, 2).value = DEEP
+    line = one_line_error(cli("check", edited(book, tmp_path / "deep.xlsx", nest)))
+    assert "the About sheet lacks a readable kind/params/layout/tokens table" in line
+
+
+def test_a_manifest_nested_5000_deep_is_one_line(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"format": ' + DEEP + "}")
+    build(tmp_path, "attention", ATTENTION)
+    line = one_line_error(cli("grade", tmp_path / "book.xlsx", "--manifest", manifest))
+    assert "not a readable manifest (nested too deeply)" in line, line
 
 
 @pytest.mark.parametrize("text,says", [
