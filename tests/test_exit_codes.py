@@ -46,8 +46,8 @@ def test_an_unexpected_exception_is_one_line_and_exit_3(tmp_path, monkeypatch):
     ran = cli("check", path)
     assert ran.returncode == 3
     assert ran.stderr.strip().splitlines() == [
-        "attnsheets: internal error: RuntimeError: something broke (set ATTNSHEETS_DEBUG=1 "
-        "for the traceback)"]
+        f"attnsheets: internal error: {path}: RuntimeError: something broke (set "
+        f"ATTNSHEETS_DEBUG=1 for the traceback)"]
     monkeypatch.setenv(app.DEBUG_VARIABLE, "1")
     ran = cli("check", path)
     assert ran.returncode == 3 and "Traceback" in ran.stderr
@@ -77,7 +77,7 @@ def test_an_os_error_names_the_file_asked_for_not_a_temporary_one(tmp_path):
     target.mkdir()
     (target / "inside").write_text("keep")
     line = one_line_error(cli("build", "attention", "-o", target, "--force"))
-    assert line.startswith(f"attnsheets: error: {target}: cannot write it"), line
+    assert line == f"attnsheets: error: {target} is a folder; name a file to write", line
     assert ".attnsheets-" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.xlsx"]  # no temp left
     assert (target / "inside").read_text() == "keep"

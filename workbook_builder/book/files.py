@@ -158,6 +158,8 @@ def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
         raise UserError(f"{path}: the output name must end in {suffix}")
     if not path.parent.exists():
         raise UserError(f"{path.parent}: no such folder (create it first)")
+    if path.is_dir():  # --force replaces files, never a folder: not suggested
+        raise UserError(f"{path} is a folder; name a file to write")
     if path.exists() and not force:
         raise UserError(f"{path} already exists; pass --force to replace it")
 

@@ -122,7 +122,7 @@ def read_spec(wb: Workbook, path: Path) -> BookSpec:
                         str(values.get("lang") or "en"),
                         None if exercise is None else ExerciseSpec.from_json(exercise),
                         None if values.get("student") is None else str(values["student"]))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, RecursionError):  # JSON nested 5,000 deep
         raise UserError(f"{path}: the {ABOUT} sheet lacks a readable kind/params/layout/"
                         f"tokens table") from None
 

@@ -115,7 +115,7 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["passed"] = self.passed
-        return data
+        return _finite_or_none(data)
 
     def to_frame(self) -> "pd.DataFrame":
         """One row per step: cells, max |error|, worst cell, tolerance, passed, problem."""
@@ -177,6 +177,16 @@ def _input_number(value: Any, name: str, address: str, path: Path) -> float:
 
 
 _MISSING = object()  # a cell the engine gave no value
+
+
+def _finite_or_none(data: Any) -> Any:
+    """`data` with every ±inf or NaN float made None: strict JSON has neither (an input
+    near 1e308 overflows the reference; the step's problem says where)."""
+    if isinstance(data, dict):
+        return {key: _finite_or_none(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_finite_or_none(value) for value in data]
+    return None if isinstance(data, float) and not math.isfinite(data) else data
 
 
 def compare_block(where: NamedRange, expected: np.ndarray, values: CellValues,
@@ -274,7 +284,8 @@ def typed_values(wb: Workbook, where: NamedRange,
 def expected_steps(kind, params, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The reference's value of every declared step, in sheet order. A step the reference
     does not give (or one it gives that the sheet lacks) is a defect of the kind."""
-    computed = kind.reference(inputs, params)
+    with np.errstate(all="ignore"):  # inputs near 1e308 overflow: the report shows where
+        computed = kind.reference(inputs, params)
     declared = kind.step_names(params)
     if set(computed) != set(declared):
         raise ValueError(f"kind {kind.name}: the sheet declares {sorted(declared)} but the "

@@ -36,6 +36,7 @@ from workbook_builder.cli.printing import (
     format_report,
     format_reproduction,
     format_side_by_side,
+    printable,
 )
 from workbook_builder.cli.progress import Progress
 from workbook_builder.cli.teaching import (
@@ -49,29 +50,38 @@ from workbook_builder.cli.teaching import (
 )
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM, as shells do
+# 128 + SIGINT, 128 + SIGTERM, as shells do (SIGHUP: 129)
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+# SIGTERM, and SIGHUP (its terminal closed): the program unwinds as for Ctrl-C
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
 DEBUG_VARIABLE = "ATTNSHEETS_DEBUG"  # set to 1: an internal error prints its traceback
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised where the program is so that every `finally` and `with` cleans up
-    (temporary files and folders) as for Ctrl-C."""
+    """SIGTERM or SIGHUP, raised where the program is so that every `finally` and `with`
+    cleans up (temporary files and folders, office programs) as for Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _on_signal(signum, frame):  # noqa: ARG001 (signal handler)
-    for other in (signal.SIGINT, signal.SIGTERM):  # cleaning up: a second signal waits
+    for other in (signal.SIGINT, *STOP_SIGNALS):  # cleaning up: a second signal waits
         signal.signal(other, signal.SIG_IGN)
-    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
 
 @contextlib.contextmanager
 def _clean_exit_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM unwind the program (cleaning up) for as long as a command runs;
-    the handlers before are put back after (main() may be called by a host program)."""
+    """SIGINT, SIGTERM and SIGHUP unwind the program (cleaning up) for as long as a command
+    runs; the handlers before are put back after (main() may be called by a host
+    program)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers
         return
-    before = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, *STOP_SIGNALS)
               if signal.getsignal(s) is not signal.SIG_IGN}  # e.g. `nohup`: stays ignored
     try:
         yield
@@ -206,8 +216,8 @@ def _cmd_build(args) -> int:
                      exercise=exercise_from_args(args), force=args.force,
                      max_cells=args.max_cells, example=args.example,
                      **checkpoint_args(args), **explicit_params(kind, args))
-    print(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
-          f"layout {args.layout}, {book.formula_cells} formula cells")
+    print(printable(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
+                    f"layout {args.layout}, {book.formula_cells} formula cells"))
     if args.example is not None:
         print(book.note)
     return EXIT_OK
@@ -221,7 +231,7 @@ def _cmd_check(args) -> int:
             print(f"attnsheets: not installed, so not compared: {', '.join(missing)}",
                   file=sys.stderr)
     progress = Progress(args.quiet)
-    per_file, refused = [], 0
+    per_file, refused, broke = [], 0, 0
     try:
         for path in args.files:  # every file is reported, whatever happened to the others
             try:
@@ -229,21 +239,25 @@ def _cmd_check(args) -> int:
                                  for engine in engines])
             except AttnsheetsError as exc:
                 progress.clear()
-                print(f"attnsheets: error: {exc}", file=sys.stderr)
+                print(f"attnsheets: error: {printable(str(exc))}", file=sys.stderr)
                 refused += 1
+            except Exception as exc:  # a bug this file brought out: named, the rest checked
+                progress.clear()
+                print(_internal_error(exc, f"{path}: "), file=sys.stderr)
+                broke += 1
     finally:
         progress.clear()
     reports = [r for group in per_file for r in group]
     if reports and args.json:
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(args.files) * len(engines) == 1 else data, indent=2,
-                         ensure_ascii=False))
+                         ensure_ascii=False, allow_nan=False))  # strict JSON, or a bug
     elif reports and len(engines) == 1 and args.engine != "all":
         print("\n".join(format_report(r) for r in reports))
     elif reports:
         print("\n".join(format_side_by_side(group) for group in per_file))
-    if refused:  # the worst outcome sets the exit code
-        return EXIT_USAGE
+    if broke or refused:  # the worst outcome sets the exit code
+        return EXIT_INTERNAL if broke else EXIT_USAGE
     return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
 
 
@@ -333,23 +347,30 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except AttnsheetsError as exc:
-        print(f"attnsheets: error: {exc}", file=sys.stderr)
+        print(f"attnsheets: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"attnsheets: error: {exc.strerror or exc}"
-              f"{': ' + str(exc.filename) if exc.filename else ''}", file=sys.stderr)
+        print(printable(f"attnsheets: error: {exc.strerror or exc}"
+                        f"{': ' + str(exc.filename) if exc.filename else ''}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("attnsheets: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Terminated:
-        print("attnsheets: terminated", file=sys.stderr)
-        return EXIT_TERMINATED
+    except Terminated as stop:
+        said = "hung up" if stop.signum == getattr(signal, "SIGHUP", None) else "terminated"
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(f"attnsheets: {said}", file=sys.stderr)
+        return 128 + stop.signum
     except Exception as exc:  # a bug: one line naming it, never a traceback (unless asked)
-        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
-            traceback.print_exc()
-        message = " ".join(str(exc).split())
-        print(f"attnsheets: internal error: {type(exc).__name__}"
-              f"{': ' + message if message else ''} (set {DEBUG_VARIABLE}=1 for the "
-              f"traceback)", file=sys.stderr)
+        print(_internal_error(exc), file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _internal_error(exc: Exception, where: str = "") -> str:
+    """A bug as one line naming it (the traceback first, if asked for)."""
+    if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+        traceback.print_exc()
+    message = " ".join(str(exc).split())
+    return printable(f"attnsheets: internal error: {where}{type(exc).__name__}"
+                     f"{': ' + message if message else ''} (set {DEBUG_VARIABLE}=1 for the "
+                     f"traceback)")

@@ -29,7 +29,7 @@ def format_report(report: CheckReport) -> str:
                      f"{failed[0]} ({report.seconds:.1f} s)")
     else:
         lines.append(f"  all {len(report.steps)} steps pass ({report.seconds:.1f} s)")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # a file's name or text may hold escapes
 
 
 def format_side_by_side(reports: list[CheckReport]) -> str:
@@ -59,12 +59,12 @@ def format_side_by_side(reports: list[CheckReport]) -> str:
     timing = ", ".join(f"{r.engine} {r.seconds:.1f} s" for r in reports)
     passed = all(r.passed for r in reports)
     lines.append(f"  {'all steps pass in every engine' if passed else 'FAILED'} ({timing})")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))
 
 
 def printable(text: str) -> str:
-    """A student's text as it may reach a terminal: control characters (an escape sequence
-    could rewrite the screen) shown as escapes."""
+    """Text from a user's files or their names as it may reach a terminal: control
+    characters (an escape sequence could rewrite the screen) shown as escapes."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
@@ -90,7 +90,7 @@ def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
         if not g.returned:
             lines.append(f"{who}  not returned")
         elif g.problem:
-            lines.append(f"{who}  NOT GRADED ({g.problem})")
+            lines.append(f"{who}  NOT GRADED ({printable(g.problem)})")
         else:
             steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
             typed = f"  typed values {g.typed}/{g.total}" if g.typed else ""

@@ -126,16 +126,16 @@ def cmd_grade(args) -> bool:
     files = [grade for grade in grades if grade.returned]
     for grade in files:
         if grade.problem:
-            print(f"attnsheets: {grade.problem}", file=sys.stderr)
+            print(f"attnsheets: {printable(grade.problem)}", file=sys.stderr)
         elif grade.changes:
-            print(f"attnsheets: {grade.file}: {printable('; '.join(grade.changes))}",
-                  file=sys.stderr)
+            print(f"attnsheets: {printable(str(grade.file))}: "
+                  f"{printable('; '.join(grade.changes))}", file=sys.stderr)
         if grade.notes:
-            print(f"attnsheets: warning: {printable(grade.file)}: "
+            print(f"attnsheets: warning: {printable(str(grade.file))}: "
                   f"{printable('; '.join(grade.notes))}", file=sys.stderr)
     lines, summary = format_grades(grades)
-    print(f"found {len(files)} workbook(s) to grade in "
-          f"{', '.join(map(str, args.paths))} (subfolders included)")
+    print(printable(f"found {len(files)} workbook(s) to grade in "
+                    f"{', '.join(map(str, args.paths))} (subfolders included)"))
     print("\n".join(lines))
-    print(summary + (f"; wrote {args.out}" if args.out is not None else ""))
+    print(printable(summary + (f"; wrote {args.out}" if args.out is not None else "")))
     return all(not g.problem and not g.changes for g in grades)

@@ -170,8 +170,11 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
         if len(destinations) != 1 or destinations[0][0] not in sheets:
             continue
         sheet, ref = destinations[0]
+        try:
+            top, left, bottom, right = parse_range(ref.replace("$", ""))
+        except ValueError:  # a whole column or row: no block of ours, left out as above
+            continue
         entries[f"'[{book}]'!{name}"] = f"={key(sheet, ref.replace('$', ''))}"
-        top, left, bottom, right = parse_range(ref.replace("$", ""))
         if constant_block_at(wb[sheet], top, left, bottom, right) is not None:
             continue  # a range node already
         block = [(sheet, r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)]
@@ -273,12 +276,17 @@ class FormulasModel:
             wb, self._book = source, book or "book.xlsx"
         else:
             wb, self._book = load_workbook(source), Path(source).name
+        # the engine's keys hold the name in brackets ('[book.xlsx]SHEET'!A1): a bracket
+        # or a control character in a file's name would break them
+        self._book = "".join("_" if c in "[]" or not c.isprintable() else c
+                             for c in self._book)
         entries = model_dict(wb, self._book, bounded)
         # upper-cased title <-> the engine's name, for sheets the engine knows by another
         self._engine_names = {title.upper(): name for title, name in
                               engine_sheet_names(wb.sheetnames).items()
                               if name != title.upper()}
         self._sheet_titles = {name: title for title, name in self._engine_names.items()}
+        self._sheetnames = wb.sheetnames
         # input blocks: one range node each; read back from the file, not from the engine
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
         self._entries, self._share_compiled = entries, share_compiled
@@ -295,8 +303,26 @@ class FormulasModel:
                 self._build_model()
 
     def _build_model(self) -> None:
-        """The engine's model of the workbook, for what the direct calculation refuses."""
-        self._model = model_from_dict(self._entries, self._book, self._share_compiled)
+        """The engine's model of the workbook, for what the direct calculation refuses; a
+        formula the engine cannot parse (`=1+`, a DDE link `=cmd|' /C calc'!A0`) is one
+        line naming its cell."""
+        from formulas import Parser
+        from formulas.errors import FormulaError
+
+        try:
+            self._model = model_from_dict(self._entries, self._book, self._share_compiled)
+        except FormulaError:
+            for key, text in self._entries.items():  # which one: the error does not say
+                if isinstance(text, str) and text.startswith("="):
+                    try:
+                        Parser().ast(text)
+                    except FormulaError:
+                        sheet, _, ref = key[len(self._book) + 3:].rpartition("'!")
+                        title = next((t for t in self._sheetnames if t.upper() == sheet),
+                                     self._sheet_titles.get(sheet, sheet))
+                        raise UserError(f"{self._book}: {title}!{ref} holds {text!r}, not a "
+                                        f"formula the engine can read") from None
+            raise
 
     def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
         """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""

@@ -80,8 +80,10 @@ def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Pa
                    f"-env:UserInstallation={Path(profile).as_uri()}",
                    "--convert-to", target_format, "--outdir", str(outdir),
                    *map(str, paths)]
+        # its own temporary files (lu….tmp) in the profile too: removed with it, even
+        # after a signal stopped it before it could remove them
         done = run_program(command, "LibreOffice", TIMEOUT_S,
-                           env={**os.environ, "HOME": profile})
+                           env={**os.environ, "HOME": profile, "TMPDIR": profile})
     results = [outdir / f"{path.stem}.{target_format}" for path in paths]
     for path, result in zip(paths, results, strict=True):
         if not result.exists():  # soffice exits 0 even when it converts nothing

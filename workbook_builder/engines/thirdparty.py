@@ -51,12 +51,36 @@ OPENPYXL_SHORTCUTS = within(openpyxl.__version__, "3.1", "3.2")
 FORMULAS_VERSIONS = ("1.3.4", "1.4")
 
 
+def _number_a_double_holds(cast):
+    """openpyxl's reading of a number cell's text, except that a whole number too large for
+    a double (400 digits: no application writes one) reads as ±inf, as its text with a
+    decimal point would, instead of a Python int that every later float() refuses."""
+    @functools.wraps(cast)
+    def read(text: str):
+        number = cast(text)
+        if isinstance(number, int) and len(text) > 300:
+            return float(text)  # a double, as a spreadsheet reads it: float("9" * 400) is inf
+        return number
+    read.wraps_cast = True
+    return read
+
+
+def _cast_numbers_as_doubles() -> None:
+    from openpyxl.worksheet import _reader
+
+    cast = getattr(_reader, "_cast_number", None)
+    if cast is not None and not getattr(cast, "wraps_cast", False):
+        _reader._cast_number = _number_a_double_holds(cast)
+
+
 def load_workbook(path, **options):
     """openpyxl.load_workbook, without its warning about a missing default cell style
     (files saved by Gnumeric have none, and it says nothing about their contents), and with
     every number read as the number it is: openpyxl turns a number in a cell formatted as a
     date or a time into a `datetime` (rounded to the millisecond), while every formula,
-    and an exercise's self-check, sees the number."""
+    and an exercise's self-check, sees the number; a whole number beyond a double's range
+    reads as ±inf."""
+    _cast_numbers_as_doubles()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Workbook contains no default style")
         if not OPENPYXL_SHORTCUTS:
@@ -156,16 +180,51 @@ def save_workbook(wb, path, shortcuts: bool | None = None) -> None:
     "%.16g" (its cell writer's `safe_string`), 16 significant digits, which can move a
     double by one unit in the last place; repr's up to 17 read back bit for bit."""
     if not (OPENPYXL_SHORTCUTS if shortcuts is None else shortcuts):
-        wb.save(path)
+        _closing_on_failure(wb.save, path)
         return
     import openpyxl.cell._writer as writer
 
     original = writer.safe_string
     writer.safe_string = functools.partial(_exact_number_text, original=original)
     try:
-        wb.save(path)
+        _closing_on_failure(wb.save, path)
     finally:
         writer.safe_string = original
+
+
+def _closing_on_failure(save, path) -> None:
+    """`save(path)`; if it fails (a full disk), what openpyxl left open, its zip and the
+    sheet writer's stream, is closed now, quietly, rather than by the garbage collector,
+    which prints "Exception ignored in ZipFile.__del__" and a traceback under the one-line
+    error. lxml's error for a failed write becomes the OSError it stands for."""
+    import errno
+    import types
+    import zipfile
+
+    try:
+        from lxml.etree import SerialisationError
+    except ImportError:  # openpyxl writes with the standard library then
+        SerialisationError = OSError  # noqa: N806 (a stand-in for the class)
+
+    def close_quietly(value) -> None:
+        if isinstance(value, zipfile.ZipFile | types.GeneratorType):
+            with contextlib.suppress(Exception):
+                value.close()  # fails again on a full disk, but marks it closed
+
+    try:
+        save(path)
+    except BaseException as exc:
+        frame = exc.__traceback__
+        while frame is not None:
+            for value in list(frame.tb_frame.f_locals.values()):
+                close_quietly(value)
+                for attribute in list(getattr(value, "__dict__", {}).values()):
+                    close_quietly(attribute)  # a writer's open stream (WorksheetWriter.xf)
+            frame = frame.tb_next
+        if isinstance(exc, SerialisationError):  # "IO_ENOSPC", "IO_EFBIG", …
+            code = getattr(errno, str(exc).removeprefix("IO_"), errno.EIO)
+            raise OSError(code, os.strerror(code)) from None  # callers name the file
+        raise
 
 
 def stored_cells(ws, shortcuts: bool | None = None) -> Iterator[Cell]:

@@ -9,7 +9,9 @@ length, a JSON header of name -> dtype, shape, data_offsets, then the raw bytes)
 """
 
 import io
+import itertools
 import json
+import math
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models.config_values import checked_config
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # safetensors dtype -> NumPy (little-endian); BF16 is widened by hand below
@@ -35,7 +38,19 @@ class Checkpoint:
     _read: Callable[[str], np.ndarray]
     config: dict | None = None
     tokenizer_json: str | None = None
+    # why tokenizer.json beside the weights cannot be read (not UTF-8): --text says so,
+    # --token-ids labels rows by their ids as without a tokenizer
+    tokenizer_problem: str | None = None
     _cache: dict = field(default_factory=dict)
+
+    def dim(self, name: str, axis: int, dims: int = 2) -> int:
+        """The size of axis `axis` of tensor `name`, which must have `dims` dimensions."""
+        shape = tuple(self.shapes[name])
+        if len(shape) != dims:
+            shown = "×".join(map(str, shape)) if shape else "a scalar"
+            raise UserError(f"{self.source}: tensor {name} has shape {shown}; a "
+                            f"{dims}-dimensional tensor was expected")
+        return shape[axis]
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor as float64 (integer tensors stay integers)."""
@@ -70,6 +85,8 @@ def _json(text: bytes | str, where: str) -> dict:
         data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{where}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{where}: not readable JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise UserError(f"{where}: expected a JSON object")
     return data
@@ -88,10 +105,18 @@ def _from_folder(folder: Path) -> Checkpoint:
     checkpoint = _weights(found[0].read_bytes(), str(found[0]))
     config, tokenizer = folder / "config.json", folder / "tokenizer.json"
     if config.exists():
-        checkpoint.config = _json(config.read_bytes(), str(config))
+        checkpoint.config = checked_config(_json(config.read_bytes(), str(config)),
+                                           str(config))
     if tokenizer.exists():
-        checkpoint.tokenizer_json = tokenizer.read_text(encoding="utf-8")
+        _add_tokenizer(checkpoint, tokenizer.read_bytes(), str(tokenizer))
     return checkpoint
+
+
+def _add_tokenizer(checkpoint: Checkpoint, data: bytes, where: str) -> None:
+    try:
+        checkpoint.tokenizer_json = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        checkpoint.tokenizer_problem = f"{where}: not UTF-8 text (byte {exc.start})"
 
 
 def _from_zip(path: Path) -> Checkpoint:
@@ -108,10 +133,12 @@ def _from_zip(path: Path) -> Checkpoint:
             checkpoint = _weights(archive.read(members[weights[0]]), where)
             config, tokenizer = folder / "config.json", folder / "tokenizer.json"
             if config in members:
-                checkpoint.config = _json(archive.read(members[config]),
-                                          f"{path}!{members[config]}")
+                where = f"{path}!{members[config]}"
+                checkpoint.config = checked_config(_json(archive.read(members[config]),
+                                                         where), where)
             if tokenizer in members:
-                checkpoint.tokenizer_json = archive.read(members[tokenizer]).decode("utf-8")
+                _add_tokenizer(checkpoint, archive.read(members[tokenizer]),
+                               f"{path}!{members[tokenizer]}")
     except (zipfile.BadZipFile, OSError) as exc:
         raise UserError(f"{path}: not a readable zip ({exc})") from None
     checkpoint.source = str(path)
@@ -136,15 +163,26 @@ def _safetensors(data: bytes, where: str) -> Checkpoint:
             dtype, shape, (start, end) = info["dtype"], tuple(info["shape"]), \
                 info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise UserError(f"{where}: tensor {name} has no readable dtype/shape/offsets in "
-                            f"the header") from None
-        if dtype not in _DTYPES and dtype != "BF16":
-            raise UserError(f"{where}: tensor {name} has dtype {dtype}, which this reader "
-                            f"does not know")
+            raise UserError(f"{where}: tensor {name!r} has no readable dtype/shape/offsets "
+                            f"in the header") from None
+        if not isinstance(dtype, str) or (dtype not in _DTYPES and dtype != "BF16"):
+            raise UserError(f"{where}: tensor {name!r} has dtype {dtype!r}, which this "
+                            f"reader does not know")
+        if not all(_whole(x) for x in (*shape, start, end)):
+            raise UserError(f"{where}: tensor {name!r}: its shape and data_offsets must be "
+                            f"whole numbers, 0 or more (the header gives {list(shape)} and "
+                            f"{[start, end]})")
         if end > len(body):
-            raise UserError(f"{where}: truncated: tensor {name} ends at byte {end} of the "
+            raise UserError(f"{where}: truncated: tensor {name!r} ends at byte {end} of the "
                             f"data, the file holds {len(body)}")
+        # the bytes the shape needs, in Python integers (a claim of 10^9×10^9 stays exact)
+        needed = math.prod(shape) * (2 if dtype == "BF16" else np.dtype(_DTYPES[dtype]).itemsize)
+        if end - start != needed:
+            raise UserError(f"{where}: tensor {name!r} of shape {list(shape)} needs {needed:,} "
+                            f"bytes, its data_offsets {[start, end]} hold "
+                            f"{end - start:,}")
         entries[name], shapes[name] = (dtype, shape, start, end), shape
+    _refuse_overlaps(entries, where)
 
     def read(name: str) -> np.ndarray:
         dtype, shape, start, end = entries[name]
@@ -155,6 +193,21 @@ def _safetensors(data: bytes, where: str) -> Checkpoint:
         return np.frombuffer(raw, _DTYPES[dtype]).reshape(shape)
 
     return Checkpoint(where, shapes, read)
+
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _refuse_overlaps(entries: dict[str, tuple], where: str) -> None:
+    """Two tensors over the same bytes: the specification gives each its own range, and a
+    file that shares them is not one a writer made (editing one would change the other)."""
+    spans = sorted((start, end, name) for name, (_, _, start, end) in entries.items()
+                   if end > start)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        if start < end:
+            raise UserError(f"{where}: tensors {first!r} and {second!r} overlap in the data "
+                            f"(their data_offsets share bytes)")
 
 
 def _torch_state_dict(data: bytes, where: str) -> Checkpoint:

@@ -52,7 +52,8 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
     params = make_params(kind, {**sizes, **explicit})
     d = params.d_model
     wte = read(checkpoint, base + GPT2.embeddings["WTE"][0], (vocab, d))
-    n_positions = checkpoint.shapes.get(base + GPT2.embeddings["WPE"][0], (0,))[0]
+    wpe_name = base + GPT2.embeddings["WPE"][0]
+    n_positions = checkpoint.dim(wpe_name, 0) if wpe_name in checkpoint.shapes else 0
     if params.seq_len > n_positions:
         raise UserError(f"{checkpoint.source}: {params.seq_len} tokens, but it has "
                         f"{n_positions} positions")
@@ -124,8 +125,7 @@ def _sizes(checkpoint: Checkpoint, base: str, explicit: dict[str, Any]) -> dict[
     if checkpoint.config is not None:  # a missing key: GPT2Config's default
         sizes.setdefault("heads", GPT2.defaults["n_head"])
     sizes.setdefault("ln_eps", GPT2.defaults["layer_norm_epsilon"])
-    anchor = checkpoint.shapes[base + GPT2.anchor]
-    sizes.setdefault("d_model", anchor[0])
+    sizes.setdefault("d_model", checkpoint.dim(base + GPT2.anchor, 0))
     fc = checkpoint.shapes.get(base + GPT2.layer["W_1"][0].format(layer=0))
     if "d_ff" not in sizes and fc is not None and len(fc) == 2:
         sizes["d_ff"] = fc[1]

@@ -288,12 +288,12 @@ def _sizes(checkpoint: Checkpoint, family: Family, base: str,
     if family.activation_key:
         sizes["activation"], sizes["gelu"] = ACTIVATIONS[values[family.activation_key]]
     if family.config and "d_model" not in sizes:
-        sizes["d_model"] = checkpoint.shapes[base + family.anchor][1]
+        sizes["d_model"] = checkpoint.dim(base + family.anchor, 1)
     w_1 = family.layer.get("W_1") or family.layer.get("W_GATE")
     if w_1 and "d_ff" not in sizes:
         name = base + w_1[0].format(layer=0)
         if name in checkpoint.shapes:
-            sizes["d_ff"] = checkpoint.shapes[name][0]
+            sizes["d_ff"] = checkpoint.dim(name, 0)
     if "heads" not in sizes and "heads" not in explicit:
         raise UserError(f"{checkpoint.source}: no config.json gives the number of heads; "
                         f"pass --heads")
@@ -439,6 +439,8 @@ def _hidden_states(checkpoint: Checkpoint, family: Family, base: str, sizes: dic
 
 
 def _tokenizer(checkpoint: Checkpoint):
+    if checkpoint.tokenizer_problem is not None:
+        raise UserError(f"{checkpoint.tokenizer_problem}; give --token-ids instead of --text")
     if checkpoint.tokenizer_json is None:
         raise UserError(f"{checkpoint.source}: no tokenizer.json beside the weights; give "
                         f"--token-ids instead of --text")
@@ -459,7 +461,14 @@ def _tokenizer(checkpoint: Checkpoint):
 def _tokenize(checkpoint: Checkpoint, text: str) -> tuple[list[int], list[str]]:
     if not text.strip():
         raise UserError("--text is empty")
-    encoding = _tokenizer(checkpoint).encode(text)
+    tokenizer = _tokenizer(checkpoint)
+    try:
+        encoding = tokenizer.encode(text)
+    except Exception as exc:  # the Rust side raises its own exception type
+        raise UserError(f"{checkpoint.source}: its tokenizer.json cannot encode --text "
+                        f"({' '.join(str(exc).split()) or type(exc).__name__})") from None
+    if not encoding.ids:
+        raise UserError(f"--text {text!r} gives no tokens with this checkpoint's tokenizer")
     return list(encoding.ids), list(encoding.tokens)
 
 

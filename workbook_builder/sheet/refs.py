@@ -44,5 +44,9 @@ def parse_range(ref: str) -> tuple[int, int, int, int]:
 
 def name_destinations(defined) -> list[tuple[str, str]]:
     """A defined name's (sheet, cells) pairs, each sheet as it is called: openpyxl 3.1's
-    `destinations` keeps a quoted name's doubled apostrophes ('Bob''s sheet'!A1)."""
-    return [(sheet.replace("''", "'"), cells) for sheet, cells in defined.destinations]
+    `destinations` keeps a quoted name's doubled apostrophes ('Bob''s sheet'!A1). A name
+    openpyxl cannot read (an empty one, a formula) has none."""
+    try:
+        return [(sheet.replace("''", "'"), cells) for sheet, cells in defined.destinations]
+    except Exception:  # openpyxl's tokenizer raises TypeError, ValueError, … on odd text
+        return []

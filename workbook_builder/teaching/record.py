@@ -132,6 +132,8 @@ def read_record(path: Path) -> list[StudentRecord]:
                         f"folder)") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"{path}: not a readable manifest ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a readable manifest (nested too deeply)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError(f"{path} is not a class manifest written by attnsheets class")
     try:
