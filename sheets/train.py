@@ -49,11 +49,11 @@ OPTIMIZERS = ("sgd", "adam")
 
 @dataclass(frozen=True)
 class TrainParams:
-    seq_len: int = field(default=4, metadata={"help": "positions n of the one sequence"})
-    vocab: int = field(default=4, metadata={"help": "tokens c: ids 0 … c−1, the classes"})
+    seq_len: int = field(default=3, metadata={"help": "positions n of the one sequence"})
+    vocab: int = field(default=3, metadata={"help": "tokens c: ids 0 … c−1, the classes"})
     d_k: int = field(default=4, metadata={
         "help": "query/key/value width (columns of W_Q, W_K, W_V)"})
-    steps: int = field(default=10, metadata={"help": "gradient steps K, one band each"})
+    steps: int = field(default=3, metadata={"help": "gradient steps K, one band each"})
     lr: float = field(default=0.5, metadata={"help": "learning rate η"})
     optimizer: str = field(default="sgd", metadata={
         "choices": list(OPTIMIZERS), "help": "sgd: W ← W − η·dW; adam: with moment blocks"})
@@ -371,8 +371,9 @@ class Train(Kind):
         {"seq_len": 3, "vocab": 2, "d_k": 2, "steps": 3, "optimizer": "adam", "lr": 0.1,
          "causal": True},
     ]
+    # the default sheet, and the comparison over more steps at a width where it shows
     demo_cases = [("train", {}),
-                  ("train_compare_scale", {"d_k": 16, "compare_scale": True})]
+                  ("train_compare_scale", {"d_k": 16, "steps": 8, "compare_scale": True})]
 
     @classmethod
     def validate(cls, p):

