@@ -298,13 +298,13 @@ def update(p, run: Run, t: int) -> list[list]:
 
 
 def step_sections(p, run: Run, t: int) -> list:
-    what = "" if not p.compare_scale else " — with 1/√d_k" if run.scaled else \
-        " — without 1/√d_k"
-    return [section(f"Step {t} of {p.steps}{what}: forward — attention, read-out, loss",
+    how = "" if not p.compare_scale else " (with 1/√d_k)" if run.scaled else \
+        " (without 1/√d_k)"
+    return [section(f"Step {t} of {p.steps}: forward — attention, read-out, loss{how}",
                     *forward(p, run, t)),
-            section(f"Step {t} of {p.steps}{what}: backward — the gradient of L, block by "
-                    f"block", *backward(p, run, t)),
-            section(f"Step {t} of {p.steps}{what}: update — the weights step {t + 1} reads",
+            section(f"Step {t} of {p.steps}: backward — the gradient of L, block by "
+                    f"block{how}", *backward(p, run, t)),
+            section(f"Step {t} of {p.steps}: update — the weights step {t + 1} reads{how}",
                     *update(p, run, t))]
 
 
@@ -319,7 +319,7 @@ def curve_steps(p, run: Run) -> list[Step]:
         return f"=SQRT(SUMPRODUCT({grad},{grad}))"
 
     which = "" if not p.compare_scale else " (with 1/√d_k)" if run.scaled else \
-        " (without 1/√d_k)"
+        " (without 1/√d_k)"  # the same words as the step sections, translated once
     return [Step(f"LOSS{run.suffix}", "L at each step" + which, Custom("steps", 1, loss),
                  "The loss of every step, before its update: the curve beside.",
                  row_labels=steps_from_1, col_labels=["L"], corner="step"),
@@ -409,11 +409,11 @@ class Train(Kind):
 
     @classmethod
     def sections(cls, p):
-        scale = "without 1/√d_k" if p.no_scale else "with 1/√d_k"
+        how = "with and without 1/√d_k" if p.compare_scale else \
+            "without 1/√d_k" if p.no_scale else "with 1/√d_k"
         yield section(f"Attention learns to look: {p.steps} steps of "
-                      f"{'SGD' if p.optimizer == 'sgd' else 'Adam'} "
-                      f"({'with and without 1/√d_k' if p.compare_scale else scale}), every "
-                      f"gradient a formula. LOSS and its chart are at the bottom.", bold=False)
+                      f"{'SGD' if p.optimizer == 'sgd' else 'Adam'} ({how}), every gradient "
+                      f"a formula. LOSS and its chart are at the bottom.", bold=False)
         yield section("The task: each position must output the token at the position it is "
                       "told to look at", [TOKEN_IDS, LOOK_AT, X, TARGET, Y],
                       *([CAUSAL_MASK] if p.causal else []))
@@ -422,3 +422,105 @@ class Train(Kind):
             for t in range(1, p.steps + 1):
                 yield from step_sections(p, run, t)
         yield curves_section(p)
+
+
+# sheet text in Chinese (workbook_builder/teaching/i18n.py)
+Train.translations = {"zh": {
+    "attention that learns: forward, every gradient and K SGD steps as formulas":
+        "会学习的注意力：前向、每个梯度和 K 步 SGD 都是公式",
+    "with 1/√d_k": "有 1/√d_k", "without 1/√d_k": "没有 1/√d_k",
+    "with and without 1/√d_k": "有和没有 1/√d_k",
+    "Attention learns to look: {steps} steps of {optimizer} ({how}), every gradient a formula. "
+    "LOSS and its chart are at the bottom.":
+        "注意力学会看向哪里：{optimizer} 训练 {steps} 步（{how}），每个梯度都是公式。"
+        "LOSS 及其图表在最下方。",
+    "The task: each position must output the token at the position it is told to look at":
+        "任务：每个位置要输出它被告知去看的那个位置上的词元",
+    "token t_i at each position (an id 0 … c−1)": "每个位置的词元 t_i（id 为 0 … c−1）",
+    "position p_i each position must look at": "每个位置要看的位置 p_i",
+    "Position i must output the token at position p_i.": "位置 i 要输出位置 p_i 上的词元。",
+    "X = [one-hot t_i | one-hot i | one-hot p_i]": "X = [t_i 的独热 | i 的独热 | p_i 的独热]",
+    "Each row holds three ones: its token, its position and the position it must look at.":
+        "每行有三个 1：它的词元、它的位置、它要看的位置。",
+    "The token each position must output: the one at the position it looks at.":
+        "每个位置要输出的词元：它所看位置上的那个词元。",
+    "Y_iv = 1 if v = y_i else 0": "Y_iv：v = y_i 时为 1，否则为 0",
+    "The targets as one-hot rows over the token ids.": "目标写成对各词元 id 的独热行。",
+    "The initial weights (seeded; every run starts from them)":
+        "初始权重（由种子生成；每次训练都从它们开始）",
+    "initial query weights": "初始查询权重", "initial key weights": "初始键权重",
+    "initial value weights": "初始值权重", "initial read-out weights": "初始读出权重",
+    # one step
+    "Step {t} of {steps}: forward — attention, read-out, loss":
+        "第 {t}/{steps} 步：前向 — 注意力、读出、损失",
+    "Step {t} of {steps}: forward — attention, read-out, loss ({how})":
+        "第 {t}/{steps} 步（{how}）：前向 — 注意力、读出、损失",
+    "Step {t} of {steps}: backward — the gradient of L, block by block":
+        "第 {t}/{steps} 步：反向 — L 的梯度，一块接一块",
+    "Step {t} of {steps}: backward — the gradient of L, block by block ({how})":
+        "第 {t}/{steps} 步（{how}）：反向 — L 的梯度，一块接一块",
+    "Step {t} of {steps}: update — the weights step {next} reads":
+        "第 {t}/{steps} 步：更新 — 第 {next} 步读取的权重",
+    "Step {t} of {steps}: update — the weights step {next} reads ({how})":
+        "第 {t}/{steps} 步（{how}）：更新 — 第 {next} 步读取的权重",
+    "Queries: what each position is looking for.": "查询：每个位置在寻找什么。",
+    "Keys: what each position offers to be found by.": "键：每个位置提供什么让别人找到。",
+    "Values: what each position passes on.": "值：每个位置传递出去的内容。",
+    "Dot product of query i with key j.": "查询 i 与键 j 的点积。",
+    "Dividing by √d_k keeps the scores from growing with the width.":
+        "除以 √d_k 使分数不随维度增大。",
+    "Each row mixes the value rows by that row's weights.": "每行按该行的权重混合各个值行。",
+    "One score per token id: the read-out sees only the attention's output.":
+        "每个词元 id 一个分数：读出层只看到注意力的输出。",
+    "Largest logit of each row (subtracted before EXP).": "每行最大的 logit（在 EXP 之前减去）。",
+    "Exponential of each shifted logit.": "每个平移后 logit 的指数。",
+    "The softmax denominator of each row.": "每行 Softmax 的分母。",
+    "The model's probability of every token id at each position.":
+        "模型在每个位置上给每个词元 id 的概率。",
+    "Cross-entropy of each position, from the logits (no log of a tiny P).":
+        "每个位置的交叉熵，由 logits 计算（不对很小的 P 取对数）。",
+    "The loss of this step: the mean cross-entropy over the positions.":
+        "这一步的损失：各位置交叉熵的平均。",
+    "The gradient of the mean cross-entropy with respect to the logits.":
+        "平均交叉熵对 logits 的梯度。",
+    "Read-out weights: each output column against each logit's gradient.":
+        "读出权重：每个输出列与每个 logit 的梯度相乘求和。",
+    "Back through the read-out to the attention's output.": "经过读出层反传到注意力的输出。",
+    "Back to the attention weights: how L moves with each A_ij.":
+        "反传到注意力权重：L 随每个 A_ij 如何变化。",
+    "Back to the values: each value row collects the gradient of the rows that read it.":
+        "反传到值：每个值行汇集读取它的各行的梯度。",
+    "The weighted mean of each row of dA.": "dA 每一行的加权平均。",
+    "The softmax backward: each weight's share of its row's gradient, less the row's mean. "
+    "Near a one-hot row it is near 0.":
+        "Softmax 的反向：每个权重在该行梯度中的份额，减去该行的平均。行接近独热时它接近 0。",
+    "Through the scale: the gradient of S = Q·Kᵀ is divided by √d_k too.":
+        "经过缩放：S = Q·Kᵀ 的梯度也除以 √d_k。",
+    "Back to the queries.": "反传到查询。", "Back to the keys.": "反传到键。",
+    "The gradient of the query weights: what this step changes.":
+        "查询权重的梯度：这一步要改变的量。",
+    "The gradient of the key weights: what this step changes.":
+        "键权重的梯度：这一步要改变的量。",
+    "The gradient of the value weights: what this step changes.":
+        "值权重的梯度：这一步要改变的量。",
+    "The weights the next step reads.": "下一步读取的权重。",
+    "Adam's first moment: a running mean of the gradient.": "Adam 的一阶矩：梯度的滑动平均。",
+    "Adam's second moment: a running mean of the squared gradient.":
+        "Adam 的二阶矩：梯度平方的滑动平均。",
+    "The weights the next step reads: each entry moves by about η, whatever the gradient's "
+    "size.": "下一步读取的权重：无论梯度大小，每个元素大约移动 η。",
+    # the curves
+    "The curves: the loss and the query weights' gradient at every step (read live from the "
+    "steps above)": "曲线：每一步的损失与查询权重的梯度（实时读取上面各步）",
+    "L at each step": "每一步的 L", "L at each step ({how})": "每一步的 L（{how}）",
+    "‖dW_Q‖_F at each step": "每一步的 ‖dW_Q‖_F",
+    "‖dW_Q‖_F at each step ({how})": "每一步的 ‖dW_Q‖_F（{how}）",
+    "The loss of every step, before its update: the curve beside.":
+        "每一步更新之前的损失：旁边的曲线。",
+    "The size of the query weights' gradient: how fast attention can learn where to look.":
+        "查询权重梯度的大小：注意力能多快学会看向哪里。",
+    "The loss at each step": "每一步的损失",
+    "The loss at each step: with and without 1/√d_k": "每一步的损失：有和没有 1/√d_k",
+    "‖dW_Q‖_F at each step: with and without 1/√d_k": "每一步的 ‖dW_Q‖_F：有和没有 1/√d_k",
+    "step": "步",
+}}
