@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reference.train import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, WEIGHTS, train_ref
+from reference.train import train_ref
 from sheets._bands import CAUSAL_MASK, QUERY_KEY, positions_from_1, softmax_steps
 from sheets.encoder_block import excel_number
 from workbook_builder.errors import UserError
@@ -42,9 +42,13 @@ from workbook_builder.sheet import (
     Step,
     section,
 )
-from workbook_builder.sheet.declare import Array, Formula, _whole_block
+from workbook_builder.sheet.declare import Array, Formula
 
 OPTIMIZERS = ("sgd", "adam")
+WEIGHTS = ("W_Q", "W_K", "W_V", "W_OUT")
+# torch.optim.Adam's defaults, written again on purpose (as in reference.train): a sheet
+# imports only its *_ref, and the tests hold both to PyTorch's Adam
+ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
 
 
 @dataclass(frozen=True)
@@ -145,8 +149,9 @@ class MatTMul(Formula):
         return Cell(f"=SUMPRODUCT({env[self.a].col(i)},{env[self.b].col(j)})")
 
     def arrays(self, env) -> list[Array]:
-        return _whole_block(env, f"=MMULT(TRANSPOSE({env[self.a].whole()}),"
-                                 f"{env[self.b].whole()})")
+        me = env.me
+        return [Array(0, 0, me.rows - 1, me.cols - 1,
+                      f"=MMULT(TRANSPOSE({env[self.a].whole()}),{env[self.b].whole()})")]
 
 
 # -- one step --------------------------------------------------------------------------------
