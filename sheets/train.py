@@ -64,7 +64,8 @@ class TrainParams:
     no_scale: bool = field(default=False, metadata={
         "help": "leave out the 1/√d_k (the scores go into the softmax as they are)"})
     compare_scale: bool = field(default=False, metadata={
-        "help": "train twice from the same start, with and without 1/√d_k, side by side"})
+        "help": "train twice from the same start, with and without 1/√d_k; one chart of both "
+                "loss curves"})
     causal: bool = field(default=False, metadata={
         "help": "mask later positions (position i sees j ≤ i; p_i is drawn ≤ i)"})
 
