@@ -70,6 +70,8 @@ CASES = [
     Case("ssm L=64 D=8 N=16", "ssm", ("--seq-len", "64", "--d-model", "8", "--d-state", "16"),
          "blocks"),
     minilm_case(),
+    Case("train defaults: n=3 c=3 d_k=4, 3 SGD steps", "train", (), "cells",
+         "build + check ≤ LO"),
     Case("gpt L=2 d=64 H=4 n=16 vocab=256", "gpt",
          ("--seq-len", "16", "--d-model", "64", "--heads", "4", "--layers", "2", "--vocab",
           "256"), "blocks"),
