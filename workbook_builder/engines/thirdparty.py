@@ -3,7 +3,9 @@
 Each shortcut is written for a known version range of its library and checked against the
 installed version; outside that range the library's public path is taken instead, so a new
 release can make us slower but never wrong. tests/test_thirdparty.py shows that both paths
-give the same results.
+give the same results. Our changes to the `formulas` engine are in place only inside
+`formulas_changes`, which our calculations enter: outside it the engine is as released
+(tests/test_formulas_changes.py, tests/test_formulas_conformance.py).
 """
 
 import collections
@@ -363,18 +365,20 @@ def formulas_changes(shortcuts: bool | None = None) -> Iterator[Any]:
     known = within(formulas.__version__, *FORMULAS_VERSIONS)
     with _changes_lock:
         before = []
-        if shortcuts is None and _modes:
-            use = _modes[-1]  # in place already
-        else:
-            use = known if shortcuts is None else shortcuts
-            for place, own, ours, shortcut in _places():
-                before.append((place, _read(place)))
-                _write(place, ours if use or not shortcut else own)
-        _modes.append(use)
         try:
-            yield formulas
+            if shortcuts is None and _modes:
+                use = _modes[-1]  # in place already
+            else:
+                use = known if shortcuts is None else shortcuts
+                for place, own, ours, shortcut in _places():
+                    before.append((place, _read(place)))
+                    _write(place, ours if use or not shortcut else own)
+            _modes.append(use)
+            try:
+                yield formulas
+            finally:
+                _modes.pop()
         finally:
-            _modes.pop()
             for place, value in reversed(before):
                 _write(place, value)
 
