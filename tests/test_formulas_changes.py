@@ -103,7 +103,7 @@ def test_inside_our_calculation_erf_of_single_values_is_the_released_erf():
 
 
 def test_inside_our_calculation_erf_of_a_computed_array_is_erf_of_each_element():
-    elements = [0.5, True, '"x"', "#N/A", -2]
+    elements = [0.5, True, '"x"', "#N/A", -2, -2.5, "1E-9", "7.5"]
     row = "{" + ",".join(str(e) for e in elements) + "}"
     released_each = [compiled(f"=ERF({e})")() for e in elements]
     released_pairs = [compiled(f"=ERF({e},0.25)")() for e in elements]
