@@ -32,12 +32,9 @@ def formula_cells(path):
 def test_fast_loader_equals_the_engines_own_loader(tmp_path, kind_name, layout):
     path = build(tmp_path, kind_name, KINDS[kind_name].test_cases[-1], layout=layout)
     fast = FormulasModel(path).evaluate()
-    with _quiet_numpy():
-        engine = thirdparty.formulas_engine(shortcuts=False)  # the engine as released
-        try:
-            own = _solution_values(engine.ExcelModel().loads(str(path)).finish().calculate())
-        finally:
-            thirdparty.formulas_engine()
+    # the engine as released (with ERF over computed arrays, as the blocks layout needs)
+    with _quiet_numpy(), thirdparty.formulas_changes(shortcuts=False) as engine:
+        own = _solution_values(engine.ExcelModel().loads(str(path)).finish().calculate())
     cells = list(formula_cells(path))
     assert cells
     differ = [(c, fast.get(c), own.get(c)) for c in cells if fast.get(c) != own.get(c)]
@@ -80,11 +77,8 @@ def test_every_shortcut_equals_the_public_path(tmp_path, layout):
         assert [repr(getattr(target, a)) for a in ("fill", "font", "border", "number_format")] \
             == [repr(getattr(source, a)) for a in ("fill", "font", "border", "number_format")]
     fast = FormulasModel(path).evaluate()
-    thirdparty.formulas_engine(shortcuts=False)
-    try:
+    with thirdparty.formulas_changes(shortcuts=False):
         public = FormulasModel(path).evaluate()
-    finally:
-        thirdparty.formulas_engine()
     assert fast == public
 
 

@@ -34,12 +34,8 @@ def typed(values):
 
 def engines_own_values(path):
     """Every value of the engine's own loader and calculation, as released."""
-    with _quiet_numpy():
-        engine = thirdparty.formulas_engine(shortcuts=False)
-        try:
-            return _solution_values(engine.ExcelModel().loads(str(path)).finish().calculate())
-        finally:
-            thirdparty.formulas_engine()
+    with _quiet_numpy(), thirdparty.formulas_changes(shortcuts=False) as engine:
+        return _solution_values(engine.ExcelModel().loads(str(path)).finish().calculate())
 
 
 def formula_cells(path):

@@ -1,8 +1,9 @@
 """The fast functions on plain numbers (engines/fast_functions.py) give exactly what the
 `formulas` engine's own functions give — same shape, same element types, same bits — for
 random arrays and edge values (0, −0, negatives, huge, subnormal, overflowing, inf- and
-error-producing), and take the fast path only where every operand is a plain number; the
-engine's own functions are back whenever the shortcuts are off."""
+error-producing), and take the fast path only where every operand is a plain number; they
+are in place only inside `thirdparty.formulas_changes` with the shortcuts on, and the
+engine's own functions are back afterwards."""
 
 import numpy as np
 import pytest
@@ -51,9 +52,15 @@ def registry(name):
     return OPERATORS if name in ELEMENTWISE else formulas.get_functions()
 
 
+def installed_function(name):
+    """The function `formulas_changes` puts in the engine's registry for `name`."""
+    with thirdparty.formulas_changes(shortcuts=True):
+        return registry(name)[name]
+
+
 def both(name, *args):
     """(the installed function's result, the engine's own function's result)."""
-    installed = registry(name)[name]
+    installed = installed_function(name)
     if isinstance(installed, dict):
         installed = installed["function"]
     with _quiet_numpy():
@@ -167,14 +174,17 @@ def test_mmult_adds_the_products_in_the_engines_order():
         fast_of("MMULT")(*args)
 
 
-def test_shortcuts_off_put_the_engines_own_functions_back():
-    try:
-        engine = thirdparty.formulas_engine(shortcuts=False)
-        own = [engine.get_functions()["EXP"], engine.get_functions()["IF"]["function"],
-               OPERATORS["+"]]
-        assert not any(hasattr(f, "engine_function") for f in own)
-    finally:
-        engine = thirdparty.formulas_engine()
-    installed = [engine.get_functions()["EXP"], engine.get_functions()["IF"]["function"],
-                 OPERATORS["+"]]
+def test_the_engines_own_functions_are_back_outside_our_calculation_and_with_shortcuts_off():
+    def current():
+        return [formulas.get_functions()["EXP"], formulas.get_functions()["IF"]["function"],
+                OPERATORS["+"]]
+
+    own = current()
+    assert not any(hasattr(f, "engine_function") for f in own)
+    with thirdparty.formulas_changes(shortcuts=True):
+        installed = current()
+        with thirdparty.formulas_changes(shortcuts=False):
+            assert current() == own
+        assert current() == installed
+    assert current() == own
     assert [f.engine_function for f in installed] == own

@@ -37,6 +37,7 @@ from workbook_builder.engines.thirdparty import (
     _sheet_name,
     _template_keys,
     formula_form,
+    formulas_changes,
     formulas_engine,
     within,
 )
@@ -158,6 +159,7 @@ class DirectCalculation:
     `formulas_engine.model_dict`), planned once; `calculate` gives what the engine's
     `calculate(inputs=…)` gives for every cell, or raises CalculationRefused."""
 
+    @formulas_changes()
     def __init__(self, entries: dict, book: str):
         formulas = formulas_engine()
         if not within(formulas.__version__, *thirdparty.FORMULAS_VERSIONS):
@@ -473,6 +475,7 @@ class DirectCalculation:
 
     # -- calculating -------------------------------------------------------------------------
 
+    @formulas_changes()
     def calculate(self, inputs: dict | None = None) -> dict:
         """Every node's value, the constants of `inputs` (key -> value) replaced: formula
         cells as the engine's nodes (`Ranges`), constants and the boxes formulas read as

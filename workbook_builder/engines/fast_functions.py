@@ -18,8 +18,9 @@ result is computed without that bookkeeping:
 Anything else, and any result the engine would turn into an Excel error (division by zero,
 overflow, a domain error: a result that is not a finite float), takes the engine's own
 function: the fast path refuses, it never approximates. Written for the engine versions of
-thirdparty.FORMULAS_VERSIONS, and installed only there; tests/test_fast_functions.py shows
-each function gives what the engine's own gives, type and bits.
+thirdparty.FORMULAS_VERSIONS, and in place only there and only while we calculate
+(thirdparty.formulas_changes); tests/test_fast_functions.py shows each function gives what
+the engine's own gives, type and bits.
 """
 
 import functools
@@ -283,26 +284,18 @@ def _guarded(fast: Callable, engine_function: Callable) -> Callable:
     return function
 
 
-def _replace(registry: dict, name: str, fast: Callable | None) -> None:
-    """Put `fast` (guarded) in place of the registry's function `name`, or (None) put the
-    engine's own back. IF is registered as a dict holding its function."""
-    entry = registry[name]
-    holder = dict(entry) if isinstance(entry, dict) else None
-    current = holder["function"] if holder is not None else entry
-    own = getattr(current, "engine_function", current)
-    function = own if fast is None else _guarded(fast, own)
-    if holder is not None:
-        holder["function"] = function
-        registry[name] = holder
-    else:
-        registry[name] = function
-
-
-def install(formulas, enabled: bool) -> None:
-    """The fast functions in the engine's registries (formulas compiled afterwards use
-    them), or, `enabled` False, the engine's own functions back."""
-    from formulas.functions.operators import OPERATORS
-
-    for registry, table in ((OPERATORS, _operators()), (formulas.get_functions(), _functions())):
+def replacements(functions: dict, operators: dict) -> list[tuple[dict, str, object]]:
+    """(registry, name, entry) for each fast function: the engine's own (from `functions`,
+    its function registry, and `operators`) behind the fast path, in the form the registry
+    holds it (IF as a dict holding its function). thirdparty.formulas_changes puts them in
+    place while we calculate, and the engine's own back afterwards."""
+    found = []
+    for registry, table in ((operators, _operators()), (functions, _functions())):
         for name, fast in table.items():
-            _replace(registry, name, fast if enabled else None)
+            entry = registry[name]
+            if isinstance(entry, dict):
+                found.append((registry, name, {**entry,
+                                               "function": _guarded(fast, entry["function"])}))
+            else:
+                found.append((registry, name, _guarded(fast, entry)))
+    return found

@@ -28,6 +28,7 @@ from workbook_builder.engines.thirdparty import (
     FORMULAS_VERSIONS,
     CalculationRefused,
     OrderedCalculation,
+    formulas_changes,
     formulas_engine,
     load_workbook,
     model_from_dict,
@@ -295,7 +296,7 @@ class FormulasModel:
         if direct is None:
             direct = share_compiled is not False and ordered_calc is not False and \
                 within(formulas_engine().__version__, *FORMULAS_VERSIONS)
-        with _quiet_numpy(), _heap_frozen():
+        with _quiet_numpy(), _heap_frozen(), formulas_changes():
             if direct:
                 with contextlib.suppress(CalculationRefused):
                     self._direct = DirectCalculation(entries, self._book)
@@ -339,7 +340,7 @@ class FormulasModel:
                 blocks[name] = [list(r) for r in self._blocks[name]]
             blocks[name][row - top][col - left] = value
         overrides.update(blocks)
-        with _quiet_numpy(), _heap_frozen():
+        with _quiet_numpy(), _heap_frozen(), formulas_changes():
             solution = self._calculate(overrides)
         values = _solution_values(solution, set(self._blocks), self._sheet_titles)
         for name, rows in self._blocks.items():  # the input blocks, as given

@@ -3,7 +3,9 @@
 Each shortcut is written for a known version range of its library and checked against the
 installed version; outside that range the library's public path is taken instead, so a new
 release can make us slower but never wrong. tests/test_thirdparty.py shows that both paths
-give the same results.
+give the same results. Our changes to the `formulas` engine are in place only inside
+`formulas_changes`, which our calculations enter: outside it the engine is as released
+(tests/test_formulas_changes.py, tests/test_formulas_conformance.py).
 """
 
 import collections
@@ -11,9 +13,9 @@ import contextlib
 import functools
 import importlib.util
 import math
-import os
 import re
 import sys
+import threading
 import types
 import warnings
 from collections.abc import Iterator
@@ -25,9 +27,6 @@ import openpyxl
 from openpyxl.cell.cell import Cell
 
 from workbook_builder.engines import fast_functions
-
-# the `formulas` engine draws a tqdm bar; tqdm reads TQDM_DISABLE when it is first imported
-os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -46,7 +45,7 @@ def within(installed: str, low: str, high: str) -> bool:
 # openpyxl 3.1: `Worksheet._cells` holds only the cells the sheet has (iter_rows creates every
 # empty cell of the used rectangle), `Cell._style` is the cell's style record
 OPENPYXL_SHORTCUTS = within(openpyxl.__version__, "3.1", "3.2")
-# formulas 1.3: `RangesAssembler.push` and the module-level `tqdm` of formulas.excel (the
+# formulas 1.3: `RangesAssembler.push`, the functions' and operators' registries (the
 # engine is imported on first use: it costs about a second)
 FORMULAS_VERSIONS = ("1.3.4", "1.4")
 
@@ -282,7 +281,7 @@ def _scipy_on_first_use() -> Iterator[None]:
     module level (~0.7 s, a third of a small command) but uses them only inside the
     statistical functions: give it scipy.stats and scipy.linalg as modules that load on
     first attribute access (the standard library's LazyLoader), and interp1d as a function
-    that imports the real one when called."""
+    that imports the real one when first called and puts it in its own place."""
     import scipy
 
     for name in ("stats", "linalg"):
@@ -300,6 +299,9 @@ def _scipy_on_first_use() -> Iterator[None]:
     def interp1d(*args, **kwargs):
         from scipy.interpolate import interp1d as real  # the stub is gone by the first call
 
+        statistics = sys.modules.get("formulas.functions.stat")
+        if getattr(statistics, "interp1d", None) is interp1d:
+            statistics.interp1d = real  # the module as released from now on
         return real(*args, **kwargs)
 
     stub.interp1d = interp1d
@@ -311,24 +313,47 @@ def _scipy_on_first_use() -> Iterator[None]:
             del sys.modules["scipy.interpolate"]
 
 
-def _erf(lower: float, upper: float | None = None) -> float:
-    """Excel's ERF(lower[, upper]) of two numbers."""
-    return math.erf(lower) if upper is None else math.erf(upper) - math.erf(lower)
+def _array_erf(released):
+    """formulas' ERF (one or two arguments), and element by element over an array a
+    formula computes, as the exact GELU of the `blocks` layout needs: ERF(x/SQRT(2)) over a
+    whole block, which LibreOffice and Gnumeric evaluate element by element
+    (tests/test_encoder_block.py) and formulas 1.3 answers with one #VALUE!. Each element
+    goes through the released ERF, so it gives exactly what ERF of that one value gives
+    (#VALUE! for a truth value, an error passed on). Every other call — numbers, truth
+    values, text, one-element arrays, and references, ranges included (for {=ERF(C21:I21)}
+    formulas' own test workbook holds Excel's #VALUE!) — is the released ERF's."""
+    import numpy as np
+    from formulas.functions import Array
+    from formulas.ranges import Ranges
+
+    def erf(*args, **kwargs):
+        if kwargs or any(isinstance(a, Ranges) for a in args) or \
+                not any(isinstance(a, np.ndarray) and a.size > 1 for a in args):
+            return released(*args, **kwargs)
+        try:
+            arrays = np.broadcast_arrays(*(np.asarray(a, object) for a in args))
+        except ValueError:  # shapes that do not match: the released ERF's answer
+            return released(*args)
+        results = np.empty(arrays[0].size, object)
+        results[:] = [one(*elements)
+                      for elements in zip(*(a.ravel().tolist() for a in arrays), strict=True)]
+        return results.reshape(arrays[0].shape).view(Array)
+
+    def one(*elements):
+        if all(type(e) in (float, np.float64) for e in elements):
+            # what the released ERF computes of floats: erf(x), erf(upper) − erf(lower)
+            return math.erf(elements[0]) if len(elements) == 1 else \
+                math.erf(elements[1]) - math.erf(elements[0])
+        return _one_value(released(*elements))
+
+    return functools.update_wrapper(erf, released)
 
 
-def _register_array_erf(formulas) -> None:
-    """ERF element by element over arrays, as Excel, LibreOffice and Gnumeric evaluate it
-    inside an array formula (formulas 1.3's own ERF reads one number and gives #VALUE! for
-    a range), so the exact GELU is one array formula in the `blocks` layout. Through the
-    library's public function registry (`get_functions`), as its documentation adds custom
-    functions, and as it registers EXP and TANH (`wrap_ufunc`)."""
-    from formulas.functions import wrap_ufunc
+def _one_value(result):
+    """A function's result for one value: a number, or its error (a 1×1 array)."""
+    import numpy as np
 
-    functions = formulas.get_functions()
-    if not getattr(functions["ERF"], "attnsheets_array", False):
-        array_erf = wrap_ufunc(_erf)
-        array_erf.attnsheets_array = True
-        functions["ERF"] = functions["_XLFN.ERF"] = array_erf
+    return result.item() if isinstance(result, np.ndarray) and result.size == 1 else result
 
 
 class _CellReferences:
@@ -397,46 +422,115 @@ def _index_by_cell(array, row_num, col_num=None, area_num=1):
     return result.view(Array)
 
 
-def _register_index_by_cell(formulas, use: bool) -> None:
-    """INDEX as `_index_by_cell` (`use`) or as released, through the public function
-    registry, wrapped as the library wraps its own."""
-    from formulas.functions import COMPILING, look, wrap_func, wrap_impure_func
+def _index_entry() -> dict:
+    """INDEX as `_index_by_cell`, registered as the library registers its own INDEX."""
+    from formulas.functions import COMPILING, wrap_func, wrap_impure_func
 
-    functions = formulas.get_functions()
-    if not hasattr(look, "attnsheets_released_index"):
-        look.attnsheets_released_index = functions["INDEX"]
-    functions["INDEX"] = {
-        "extra_inputs": collections.OrderedDict([(COMPILING, False)]),
-        "function": wrap_impure_func(wrap_func(_index_by_cell, ranges=True)),
-    } if use else look.attnsheets_released_index
+    return {"extra_inputs": collections.OrderedDict([(COMPILING, False)]),
+            "function": wrap_impure_func(wrap_func(_index_by_cell, ranges=True))}
 
 
-def formulas_engine(shortcuts: bool | None = None):
-    """The `formulas` module, quiet (no progress bar) and, within the known versions, with
-    the fast range assembly, INDEX by the picked cell and the fast functions on plain
-    numbers (fast_functions) in place."""
+def formulas_engine():
+    """The `formulas` module, as released (its statistics module imported with scipy
+    deferred, `_scipy_on_first_use`). Our changes are in place only inside
+    `formulas_changes`."""
     import formulas
-    import formulas.excel
-    from formulas.cell import RangesAssembler
 
-    known = within(formulas.__version__, *FORMULAS_VERSIONS)
-    if known and "formulas.functions.stat" not in sys.modules:
+    if within(formulas.__version__, *FORMULAS_VERSIONS) and \
+            "formulas.functions.stat" not in sys.modules:
         with _scipy_on_first_use():
             import formulas.functions.stat  # noqa: F401  (imported here, scipy deferred)
-    use = known if shortcuts is None else shortcuts
-    if known and not isinstance(formulas.excel.tqdm, SimpleNamespace):
-        # tqdm may have been imported before TQDM_DISABLE was set (by another library):
-        # quieten the engine's own reference only, never the global tqdm
-        formulas.excel.tqdm = SimpleNamespace(
-            tqdm=functools.partial(formulas.excel.tqdm.tqdm, disable=True))
-    if not hasattr(RangesAssembler, "_original_push"):
-        RangesAssembler._original_push = RangesAssembler.push
-    RangesAssembler.push = _push_smaller_side if use else RangesAssembler._original_push
-    _register_array_erf(formulas)
-    fast_functions.install(formulas, known and use)
-    if known:
-        _register_index_by_cell(formulas, use)
     return formulas
+
+
+# A place we change: (a dict, key) or (an object, attribute name)
+_Place = tuple[Any, str]
+_ABSENT = object()
+
+
+def _read(place: _Place):
+    target, key = place
+    if isinstance(target, dict):
+        return target.get(key, _ABSENT)  # .get: a defaultdict makes no entry
+    return vars(target).get(key, _ABSENT)
+
+
+def _write(place: _Place, value) -> None:
+    target, key = place
+    if isinstance(target, dict):
+        if value is _ABSENT:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    elif value is _ABSENT:
+        with contextlib.suppress(AttributeError):
+            delattr(target, key)
+    else:
+        setattr(target, key, value)
+
+
+@functools.cache
+def _places() -> list[tuple[_Place, Any, Any, bool]]:
+    """Every place we change: (place, the library's own value there, ours, whether it is
+    one of the shortcuts). Read once, by the first `formulas_changes`, before any change."""
+    formulas = formulas_engine()
+    from formulas.cell import RangesAssembler
+    from formulas.functions.operators import OPERATORS
+
+    excel = importlib.import_module("formulas.excel")  # the module, not its ExcelModel
+    functions = formulas.get_functions()
+    ours: list[tuple[_Place, Any, bool]] = []
+    erf = _array_erf(functions["ERF"])
+    ours += [((functions, "ERF"), erf, False), ((functions, "_XLFN.ERF"), erf, False)]
+    bar = getattr(excel, "tqdm", None)
+    if callable(getattr(bar, "tqdm", None)):
+        # the engine's own reference to tqdm only, never the global tqdm
+        quiet = SimpleNamespace(tqdm=functools.partial(bar.tqdm, disable=True))
+        ours.append(((excel, "tqdm"), quiet, False))
+    ours.append(((RangesAssembler, "push"), _push_smaller_side, True))
+    if within(formulas.__version__, *FORMULAS_VERSIONS):
+        ours.append(((functions, "INDEX"), _index_entry(), True))
+        ours += [((registry, name), fast, True) for registry, name, fast in
+                 fast_functions.replacements(functions, OPERATORS)]
+    return [(place, _read(place), value, shortcut) for place, value, shortcut in ours]
+
+
+# our changes are made and undone by one thread at a time; inside a block, a block that
+# asks for no particular shortcuts (our own nested calls) keeps the enclosing block's
+_changes_lock = threading.RLock()
+_modes: list[bool] = []  # each open block's shortcuts, innermost last
+
+
+@contextlib.contextmanager
+def formulas_changes(shortcuts: bool | None = None) -> Iterator[Any]:
+    """The `formulas` module with our changes in place for the block: its progress bar
+    quiet, ERF over computed arrays (`_array_erf`), and, with `shortcuts` (None: within the
+    engine versions they were written for, or as the enclosing block), the fast range
+    assembly, INDEX by the picked cell and the fast functions on plain numbers
+    (fast_functions). Afterwards, an exception included, every place holds again what it
+    held before: the library exactly as released outside our own calculations, so a user's
+    own `formulas` models in the same process calculate as the released library does.
+    Formulas compiled inside keep the functions they were compiled with."""
+    formulas = formulas_engine()
+    known = within(formulas.__version__, *FORMULAS_VERSIONS)
+    with _changes_lock:
+        before = []
+        try:
+            if shortcuts is None and _modes:
+                use = _modes[-1]  # in place already
+            else:
+                use = known if shortcuts is None else shortcuts
+                for place, own, ours, shortcut in _places():
+                    before.append((place, _read(place)))
+                    _write(place, ours if use or not shortcut else own)
+            _modes.append(use)
+            try:
+                yield formulas
+            finally:
+                _modes.pop()
+        finally:
+            for place, value in reversed(before):
+                _write(place, value)
 
 
 # A formula's references, for its relative (R1C1) form: an optional sheet ('quoted name'! or
@@ -591,6 +685,7 @@ def _independent_of_position(func) -> bool:
     return CELL not in func.dsp.nodes
 
 
+@formulas_changes()
 def model_from_dict(adict: dict, book: str, shortcuts: bool | None = None):
     """`ExcelModel().from_dict(adict)`, every formula form parsed and compiled once: the
     first cell of a relative (R1C1) form is compiled by the engine, every other cell of the
@@ -868,6 +963,7 @@ class OrderedCalculation:
     """A model's calculation as a plain loop, planned once; `calculate` gives what
     `model.calculate(inputs=…)` gives (every node's value), or raises CalculationRefused."""
 
+    @formulas_changes()
     def __init__(self, model):
         import schedula as sh
         from formulas.cell import CellWrapper
@@ -896,6 +992,7 @@ class OrderedCalculation:
         self._plan = _Plan(dsp, set(self._defaults), outer_function)
         self.formulas = len(loops)
 
+    @formulas_changes()
     def calculate(self, inputs: dict | None = None) -> dict:
         import schedula as sh
 
