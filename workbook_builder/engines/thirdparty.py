@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib.util
 import math
+import os
 import re
 import sys
 import threading
