@@ -43,13 +43,14 @@ def hold_to_layout(wb: Workbook, kind, params, layout: str, exercise: ExerciseSp
     there or not, in any state (grading: Gnumeric saves it visible; the record does not
     say whether it had one)."""
     blocks = planned_places(kind, params, layout, exercise)
-    places = {name: NamedRange(name, b.sheet, b.top, b.left, b.bottom, b.right)
-              for name, b in blocks.items()}
     states = {ws.title: ws.sheet_state for ws in [*wb.worksheets, *wb.chartsheets]}
-    placement = Placement(places)
-    main = kind.sheet_title
-    shown = [main, ABOUT]  # every other sheet but the hidden key is not ours
     key = exercise is not None and (exercise.self_check or key_any_state)
+    main = _kind_sheet(kind.sheet_title, states, key)
+    places = {name: NamedRange(name, main if b.sheet == kind.sheet_title else b.sheet,
+                               b.top, b.left, b.bottom, b.right)
+              for name, b in blocks.items()}
+    placement = Placement(places)
+    shown = [main, ABOUT]  # every other sheet but the hidden key is not ours
     for title in [main, ABOUT]:
         if title not in states:
             placement.sheets.append(f"sheet {title!r} is missing")
@@ -66,6 +67,16 @@ def hold_to_layout(wb: Workbook, kind, params, layout: str, exercise: ExerciseSp
         if problem:
             placement.misplaced[name] = problem
     return placement
+
+
+def _kind_sheet(title: str, states: dict[str, str], key: bool) -> str:
+    """The kind's sheet: `title`, or the one sheet besides About (and the tutorial and the
+    key) when a teacher renamed it; the cells read are the layout's, on that sheet."""
+    if title in states:
+        return title
+    others = [t for t in states if t not in (ABOUT, TUTORIAL_SHEET) and
+              not (key and t == KEY_SHEET)]
+    return others[0] if len(others) == 1 else title
 
 
 def _hidden(state: str) -> str:
