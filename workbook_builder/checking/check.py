@@ -21,7 +21,11 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.book.files import open_workbook
 from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
 from workbook_builder.checking.names import NamedRange, find_block, find_name
-from workbook_builder.engines.formulas_engine import CellValues, evaluate_with_formulas
+from workbook_builder.engines.formulas_engine import (
+    CellValues,
+    check_application_input,
+    evaluate_with_formulas,
+)
 from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
 from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
 from workbook_builder.engines.libreoffice import INSTALL_HINT as LIBREOFFICE_HINT
@@ -326,6 +330,8 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
     hidden key must equal it (so the self-check compares with right answers), and every
     CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
     exercise: ExerciseSpec = spec.exercise
+    if engine != "formulas":  # the filled copy goes to the application without `wb`
+        check_application_input(wb, path.name)
     inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path, wb))
     expected = expected_steps(kind, params, inputs)
     places = {name: find_name(wb, name, path) for name in expected}
