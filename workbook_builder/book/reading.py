@@ -51,7 +51,7 @@ def read_bounded(path: Path, limit: int, what: str = "file", why: str = "") -> b
         if size <= limit:
             return data
     raise UserError(f"{path} is {_megabytes(size)}, more than the {_megabytes(limit)} "
-                    f"attnsheets reads as a {what}" + (f" ({why})" if why else ""))
+                    f"attnsheets reads in one {what}" + (f" ({why})" if why else ""))
 
 
 def _megabytes(size: int) -> str:

@@ -73,11 +73,10 @@ def _lower(params, *sizes: int, guess: bool = True) -> str:
 
 def check_sizes(kind, params, max_cells: int = DEFAULT_MAX_CELLS) -> None:
     """Refuse, from the parameters alone and before any label or block is made, sizes no
-    sheet can hold: an input block beyond Excel's grid, inputs of more than `max_cells`
-    cells together, or a sequence longer than the grid has rows (a row per token).
-    Every present input is a block of the sheet, so this is a lower bound of the plan
-    `check_fits` then makes; without it a billion tokens would first make a billion
-    labels."""
+    sheet can hold: an input block beyond Excel's grid, or inputs of more than
+    `max_cells` cells together. Every present input is a block of the sheet, so this is a
+    lower bound of the plan `check_fits` then makes; without it a billion tokens would
+    first make a billion labels."""
     if type(max_cells) is not int or max_cells <= 0:
         raise UserError(f"--max-cells must be a positive whole number, got {max_cells}")
     shapes = kind.input_shapes(params)
@@ -98,10 +97,6 @@ def check_sizes(kind, params, max_cells: int = DEFAULT_MAX_CELLS) -> None:
                         f"{max_cells:,} input and formula cells (its inputs alone hold "
                         f"{cells:,}; input {name} is {rows:,}×{cols:,}); "
                         f"{_lower(params, rows, cols)}, or raise --max-cells")
-    tokens = kind.sequence_length(params)
-    if tokens > EXCEL_ROWS:
-        raise UserError(f"{kind.name}: a sequence of {tokens:,} tokens takes more rows "
-                        f"than Excel's {EXCEL_ROWS:,}; {_lower(params, tokens)}")
 
 
 def check_fits(kind, params, labels: list[str], exercise=None,
