@@ -11,6 +11,7 @@ token for MHA, GQA and MQA.
     per token: MHA 2·L·H·d_k, GQA 2·L·G·d_k, MQA 2·L·d_k numbers
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from reference.kv_cache import kv_cache_ref
@@ -139,13 +140,35 @@ def decode_step(t: int, p) -> list:
               row_labels=_heads, col_labels="k")])
 
 
-def _seen_label_sets(cls, p, labels):
+class _SeenLabels(Mapping):
     """"tokens", and per step t the token itself ("token_t") and the tokens cached by
-    then ("seen_t")."""
-    sets = {"tokens": labels}
-    for t in range(1, p.seq_len + 1):
-        sets[f"token_{t}"], sets[f"seen_{t}"] = labels[t - 1:t], labels[:t]
-    return sets
+    then ("seen_t"), each list made when asked: made at once, n steps would hold n²/2
+    labels before the plan could refuse the size."""
+
+    def __init__(self, labels):
+        self._labels = labels
+
+    def __getitem__(self, key):
+        if key == "tokens":
+            return self._labels
+        which, _, step = key.rpartition("_")
+        if which in ("token", "seen") and step.isdigit() and \
+                1 <= int(step) <= len(self._labels):
+            t = int(step)
+            return self._labels[t - 1:t] if which == "token" else self._labels[:t]
+        raise KeyError(key)
+
+    def __iter__(self):
+        yield "tokens"
+        for t in range(1, len(self._labels) + 1):
+            yield from (f"token_{t}", f"seen_{t}")
+
+    def __len__(self):
+        return 1 + 2 * len(self._labels)
+
+
+def _seen_label_sets(cls, p, labels):
+    return _SeenLabels(labels)
 
 
 class KvCache(GroupedHeadsKind):
@@ -178,11 +201,12 @@ class KvCache(GroupedHeadsKind):
             ("GQA there with G = 8 key/value groups, as LLaMA-2 70B", ""),
             ("this sheet: its one layer and its own heads", ""),
             ("×2 for bytes in 16-bit floats", "")))
-        return [
-            section("Step 1 — inputs ({heads} query heads, {groups} key/value heads, "
-                    "d_k = d_model/H = {d_k})", [X, W_Q, W_K, W_V],
-                    *([[B_Q, B_K, B_V]] if p.bias else [])),
-            *(decode_step(t, p) for t in range(p.seq_len)),
+        yield section("Step 1 — inputs ({heads} query heads, {groups} key/value heads, "
+                      "d_k = d_model/H = {d_k})", [X, W_Q, W_K, W_V],
+                      *([[B_Q, B_K, B_V]] if p.bias else []))
+        # one section per decoded token, declared as the plan reaches it
+        yield from (decode_step(t, p) for t in range(p.seq_len))
+        yield from [
             section("The step outputs stacked: row t is what step t produced",
                     Step("OUTPUT", "OUTPUT[t] = [ATTN_t[1] … ATTN_t[H]]",
                          Custom("seq_len", lambda p: p.heads * p.d_k, stacked),

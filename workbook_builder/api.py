@@ -51,6 +51,7 @@ from workbook_builder.sheet.limits import (
     DEFAULT_MAX_CELLS,
     check_fits,
     check_results_finite,
+    check_sizes,
 )
 from workbook_builder.sheet.registry import get_kind, load_kinds
 from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
@@ -238,6 +239,7 @@ def build(kind: str, path: str | Path | None = None, *,
     params = resolve_params(kind_class, sizes, given, labels_given)
     if isinstance(exercise, str):
         exercise = make_spec(exercise, None, True)
+    check_sizes(kind_class, params, max_cells)  # before anything is allocated
     if checkpoint is not None and layout == "cells":
         cells = sum(r * c for r, c in kind_class.input_shapes(params).values())
         if cells > CELLS_LAYOUT_LIMIT:

@@ -18,6 +18,7 @@ import numpy as np
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
+from workbook_builder.book.reading import check_zip_directory, check_zip_parts, regular_file
 from workbook_builder.book.sheet_xml import (
     load_with_constant_blocks,
     place_constant_blocks,
@@ -44,7 +45,9 @@ from workbook_builder.sheet.limits import (
     MAX_WORKBOOK_BYTES,
     check_fits,
     check_grid,
+    check_names,
     check_results_finite,
+    check_sizes,
 )
 from workbook_builder.sheet.refs import parse_range
 
@@ -94,6 +97,7 @@ def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
     the inputs came from. Input blocks of `array_block_cells` cells or more are written
     without a cell object each (`sheet/constants.py`)."""
     check_writable(path, force)
+    check_sizes(kind, params, max_cells)  # before anything is allocated
     labels = kind.labels(params, tokens)
     check_fits(kind, params, labels, exercise, max_cells, layout)
     inputs = complete_inputs(kind, params, given or {}, seed)
@@ -126,6 +130,7 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path} is a folder, not a workbook")
+    regular_file(path, "workbook")  # a pipe would wait forever, /dev/zero never end
     if not zipfile.is_zipfile(path):
         raise UserError(f"{path} is not an .xlsx workbook")
     check_size(path)
@@ -135,14 +140,18 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
     except Exception as exc:  # openpyxl raises many types on damaged files
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
     check_grid(wb, path)
+    check_names(wb, path)
     return wb
 
 
 def check_size(path: Path) -> None:
     """Refuse, before reading it, a workbook whose parts unpack to more than
-    MAX_WORKBOOK_BYTES (a zip's directory states each part's size)."""
+    MAX_WORKBOOK_BYTES (a zip's directory states each part's size), or that lists more
+    parts than any workbook has (`check_zip_directory`: checked before it is parsed)."""
     try:
+        check_zip_directory(path)
         with zipfile.ZipFile(path) as book:
+            check_zip_parts(book, path)
             unpacked = sum(info.file_size for info in book.infolist())
     except (OSError, zipfile.BadZipFile) as exc:
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None

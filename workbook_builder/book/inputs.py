@@ -8,7 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
+from workbook_builder.book.reading import read_bounded, regular_file
 from workbook_builder.errors import UserError
+
+# 2,000,000 numbers (the default --max-cells) at up to ~24 characters each, with commas,
+# brackets and indentation: a larger inputs file is refused before it is parsed (parsing
+# JSON takes several times the text's size in memory)
+MAX_INPUTS_BYTES = 64 * 2**20
+_TOO_BIG = "more numbers than a workbook of --max-cells 2,000,000 holds"
 
 
 def load_inputs(specs: list[str]) -> dict[str, np.ndarray]:
@@ -43,11 +50,10 @@ def _refuse_duplicates(pairs: list[tuple[str, object]]) -> dict:
 
 
 def _read_json(path: Path) -> dict[str, np.ndarray]:
+    text = read_bounded(path, MAX_INPUTS_BYTES, "inputs file", _TOO_BIG)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_duplicates)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such inputs file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, _DuplicateKey) as exc:
+        data = json.loads(text.decode("utf-8"), object_pairs_hook=_refuse_duplicates)
+    except (UnicodeDecodeError, json.JSONDecodeError, _DuplicateKey) as exc:
         raise UserError(f"{path}: not a readable JSON file ({exc})") from None
     except RecursionError:
         raise UserError(f"{path}: not a readable JSON file (nested too deeply; inputs are "
@@ -59,6 +65,11 @@ def _read_json(path: Path) -> dict[str, np.ndarray]:
 
 def _read_csv(path: Path) -> np.ndarray:
     """A headerless CSV of numbers, every row as long as the first."""
+    size = regular_file(path, "CSV file").st_size
+    if size > MAX_INPUTS_BYTES:
+        raise UserError(f"{path} is {size / 2**20:,.0f} MB, more than the "
+                        f"{MAX_INPUTS_BYTES // 2**20} MB attnsheets reads in one CSV file "
+                        f"({_TOO_BIG})")
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             rows = [row for row in csv.reader(handle) if row]

@@ -22,7 +22,11 @@ from workbook_builder.book.files import open_workbook
 from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
 from workbook_builder.checking.names import NamedRange, find_block, find_name
 from workbook_builder.checking.placement import Placement, hold_to_layout
-from workbook_builder.engines.formulas_engine import CellValues, evaluate_with_formulas
+from workbook_builder.engines.formulas_engine import (
+    CellValues,
+    check_application_input,
+    evaluate_with_formulas,
+)
 from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
 from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
 from workbook_builder.engines.libreoffice import INSTALL_HINT as LIBREOFFICE_HINT
@@ -370,6 +374,8 @@ def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, eval
     placement = hold_to_layout(wb, kind, params, spec.layout, exercise, path)
     _refuse_unreadable_names(wb, placement, path)
     places = placement.places
+    if engine != "formulas":  # the filled copy goes to the application without `wb`
+        check_application_input(wb, path.name)
     inputs = read_inputs(wb, kind, params, path, lambda: evaluate(path, wb), places)
     expected = expected_steps(kind, params, inputs)
     with tempfile.TemporaryDirectory(prefix="attnsheets-check-") as tmp:

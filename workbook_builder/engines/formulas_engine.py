@@ -42,7 +42,14 @@ from workbook_builder.sheet.constants import (
     constant_blocks,
     positions_inside,
 )
-from workbook_builder.sheet.limits import EXCEL_COLS, EXCEL_ROWS, named_extent
+from workbook_builder.sheet.limits import (
+    EXCEL_COLS,
+    EXCEL_ROWS,
+    MAX_FORMULA_CHARS,
+    extent_of,
+    named_cells,
+    named_extent,
+)
 from workbook_builder.sheet.refs import cell_ref, name_destinations, parse_range, range_ref
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
@@ -178,6 +185,8 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
         entries[f"'[{book}]'!{name}"] = f"={key(sheet, ref.replace('$', ''))}"
         if constant_block_at(wb[sheet], top, left, bottom, right) is not None:
             continue  # a range node already
+        if (bottom - top + 1) * (right - left + 1) > len(sheets[sheet]):
+            continue  # more cells than the sheet stores: not a block of numbers
         block = [(sheet, r, c) for r in range(top, bottom + 1) for c in range(left, right + 1)]
         if len(block) < 2 or any(c in array_members or c in formula_cells or c in grouped
                                  for c in block):
@@ -222,33 +231,69 @@ def _range_cells(match: re.Match) -> int:
 
 
 def _within_names(wb: Workbook, sheets: dict, book: str) -> dict:
-    """The stored cells of each sheet within the defined names' extent; a formula there
-    that reads more cells than the extent holds (a whole column, a million rows) is
-    refused in one line rather than evaluated."""
+    """The stored cells of each sheet within the defined names' extent, their formulas
+    bounded (`check_formulas`)."""
     extent = named_extent(wb)
     if extent is None:  # no named block: not a workbook of ours, nothing to bound it by
+        for title, cells in sheets.items():
+            check_formulas(cells.values(), title, book, None)
         return sheets
     rows, cols = extent
-    most = rows * cols
     bounded = {}
+    most = named_cells(wb)
     for title, cells in sheets.items():
         bounded[title] = kept = {rc: cell for rc, cell in cells.items()
                                  if rc[0] <= rows and rc[1] <= cols}
-        for cell in kept.values():
-            value = cell.value
-            text = value.text if isinstance(value, ArrayFormula) else value
-            if not is_formula_cell(cell) or not isinstance(text, str):
-                continue
-            refs = [value.ref] if isinstance(value, ArrayFormula) and value.ref else []
-            sizes = [(m.group(0), _range_cells(m)) for m in _RANGE.finditer(text.upper())]
-            sizes += [(ref, _range_cells(_RANGE.match(ref))) for ref in refs
-                      if _RANGE.match(ref)]
-            for ref, size in sizes:
-                if size > most:
-                    raise UserError(f"{book}: {title}!{cell.coordinate} reads {ref} "
-                                    f"({size:,} cells), more than the {rows:,}×{cols:,} "
-                                    f"cells the workbook's named blocks span")
+        check_formulas(kept.values(), title, book, most)
     return bounded
+
+
+def check_formulas(cells, title: str, book: str, most: int | None) -> None:
+    """Refuse in one line, before any engine is handed them, a formula longer than
+    MAX_FORMULA_CHARS or one that reads a range of more than `most` cells (the cells the
+    workbook's names cover: a whole column, a million rows)."""
+    for cell in cells:
+        value = cell.value
+        text = value.text if isinstance(value, ArrayFormula) else value
+        if not is_formula_cell(cell) or not isinstance(text, str):
+            continue
+        if len(text) > MAX_FORMULA_CHARS:
+            raise UserError(f"{book}: {title}!{cell.coordinate} holds a formula of "
+                            f"{len(text):,} characters; attnsheets evaluates formulas of "
+                            f"at most {MAX_FORMULA_CHARS:,} (its own are far shorter)")
+        if most is None:
+            continue
+        refs = [value.ref] if isinstance(value, ArrayFormula) and value.ref else []
+        sizes = [(m.group(0), _range_cells(m)) for m in _RANGE.finditer(text.upper())]
+        sizes += [(ref, _range_cells(_RANGE.match(ref))) for ref in refs
+                  if _RANGE.match(ref)]
+        for ref, size in sizes:
+            if size > most:
+                raise UserError(f"{book}: {title}!{cell.coordinate} reads {ref} "
+                                f"({size:,} cells), more than the {most:,} cells the "
+                                f"workbook's named blocks hold")
+
+
+def check_application_input(wb: Workbook, book: str) -> None:
+    """`check_formulas` for a spreadsheet application (LibreOffice, Gnumeric), before it
+    starts: every formula in the rows its trimmed copy keeps (the rows down to the last a
+    defined name covers, sheet-level names included), all columns."""
+    refs = [dest[1] for defined in wb.defined_names.values()
+            for dest in _destinations(defined)]
+    refs += [dest[1] for ws in wb.worksheets for defined in ws.defined_names.values()
+             for dest in _destinations(defined)]
+    rows = (extent_of(refs) or (EXCEL_ROWS,))[0]
+    most = named_cells(wb) if named_extent(wb) is not None else None
+    for ws in wb.worksheets:
+        check_formulas((cell for cell in stored_cells(ws) if cell.row <= rows), ws.title,
+                       book, most)
+
+
+def _destinations(defined) -> list[tuple[str, str]]:
+    try:
+        return list(name_destinations(defined))
+    except Exception:  # empty, or a formula: not a range
+        return []
 
 
 def evaluate_with_formulas(path: Path, wb: Workbook | None = None) -> CellValues:

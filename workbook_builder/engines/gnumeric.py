@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from workbook_builder.engines.cached_values import trimmed_copy
-from workbook_builder.engines.formulas_engine import CellValues
+from workbook_builder.engines.formulas_engine import CellValues, check_application_input
 from workbook_builder.engines.libreoffice import read_values, require_installed, run_program
 from workbook_builder.errors import UserError
 
@@ -58,8 +58,11 @@ def recalculate_many(paths: list[Path], outdir: Path) -> list[Path]:
         return list(pool.map(recalculate, map(Path, paths), targets))
 
 
-def evaluate_with_gnumeric(path: Path, wb=None) -> CellValues:  # noqa: ARG001 (Engine)
-    """Every cell value after Gnumeric recalculated the workbook."""
+def evaluate_with_gnumeric(path: Path, wb=None) -> CellValues:
+    """Every cell value after Gnumeric recalculated the workbook. Given the workbook
+    loaded, its formulas are bounded before Gnumeric starts (`check_application_input`)."""
+    if wb is not None:
+        check_application_input(wb, Path(path).name)
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
         trimmed = trimmed_copy(Path(path), Path(outdir) / "trimmed.xlsx")
         return read_values(recalculate(trimmed, Path(outdir) / "recalculated.xlsx"))

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from workbook_builder.engines.cached_values import trimmed_copy
-from workbook_builder.engines.formulas_engine import CellValues
+from workbook_builder.engines.formulas_engine import CellValues, check_application_input
 from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.limits import named_extent
@@ -108,9 +108,12 @@ def read_values(path: Path) -> CellValues:
         wb.close()
 
 
-def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:  # noqa: ARG001 (Engine)
+def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:
     """Every cell value after LibreOffice recalculated the workbook (the part its defined
-    names cover: `trimmed_copy`)."""
+    names cover: `trimmed_copy`). Given the workbook loaded, its formulas are bounded
+    before LibreOffice starts (`check_application_input`)."""
+    if wb is not None:
+        check_application_input(wb, Path(path).name)
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
         inside = Path(outdir) / "trimmed"  # apart from LibreOffice's output, of the same name
         inside.mkdir()

@@ -19,6 +19,13 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from workbook_builder.book.reading import (
+    check_zip_directory,
+    check_zip_parts,
+    read_bounded,
+    read_member,
+    regular_file,
+)
 from workbook_builder.errors import UserError
 from workbook_builder.models.config_values import checked_config
 
@@ -26,6 +33,12 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # safetensors dtype -> NumPy (little-endian); BF16 is widened by hand below
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
            "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+# config.json and tokenizer.json are read whole and parsed: the largest vocabularies'
+# tokenizer.json take tens of MB
+MAX_JSON_BYTES = 64 * 2**20
+# weights of trained or random models barely pack (a few %); a zip member unpacking to
+# many times its packed size is not weights. Below the floor the ratio is not asked
+MAX_PACKING_RATIO, PACKING_FLOOR_BYTES = 10, 64 * 2**20
 
 
 @dataclass
@@ -67,13 +80,14 @@ def read_checkpoint(path: Path) -> Checkpoint:
         raise UserError(f"{path}: no such checkpoint")
     if path.is_dir():
         return _from_folder(path)
+    regular_file(path, "checkpoint")
     suffix = path.suffix.lower()
     if suffix == ".zip":
         return _from_zip(path)
     if suffix == ".safetensors":
-        return _safetensors(path.read_bytes(), str(path))
+        return _safetensors(_read_weights(path), str(path))
     if suffix in (".pt", ".pth", ".bin"):
-        return _torch_state_dict(path.read_bytes(), str(path))
+        return _torch_state_dict(_read_weights(path), str(path))
     if suffix == ".npz":
         return _npz(path)
     raise UserError(f"{path}: not a checkpoint this tool reads (a model folder, .zip, "
@@ -92,6 +106,12 @@ def _json(text: bytes | str, where: str) -> dict:
     return data
 
 
+def _read_weights(path: Path) -> bytes:
+    """A weights file's bytes (a pipe or a device is refused, not read forever)."""
+    regular_file(path, "checkpoint")
+    return path.read_bytes()
+
+
 def _weights(data: bytes, where: str) -> Checkpoint:
     return _safetensors(data, where) if where.endswith(".safetensors") else \
         _torch_state_dict(data, where)
@@ -102,13 +122,15 @@ def _from_folder(folder: Path) -> Checkpoint:
     if not found:
         raise UserError(f"{folder}: a model folder holds {' or '.join(WEIGHT_FILES)}; "
                         f"this one has neither")
-    checkpoint = _weights(found[0].read_bytes(), str(found[0]))
+    checkpoint = _weights(_read_weights(found[0]), str(found[0]))
     config, tokenizer = folder / "config.json", folder / "tokenizer.json"
     if config.exists():
-        checkpoint.config = checked_config(_json(config.read_bytes(), str(config)),
-                                           str(config))
+        checkpoint.config = checked_config(
+            _json(read_bounded(config, MAX_JSON_BYTES, "config.json"), str(config)),
+            str(config))
     if tokenizer.exists():
-        _add_tokenizer(checkpoint, tokenizer.read_bytes(), str(tokenizer))
+        _add_tokenizer(checkpoint, read_bounded(tokenizer, MAX_JSON_BYTES, "tokenizer.json"),
+                       str(tokenizer))
     return checkpoint
 
 
@@ -120,9 +142,12 @@ def _add_tokenizer(checkpoint: Checkpoint, data: bytes, where: str) -> None:
 
 
 def _from_zip(path: Path) -> Checkpoint:
-    """A zip of a model folder, at its root or inside one folder (the shallowest wins)."""
+    """A zip of a model folder, at its root or inside one folder (the shallowest wins).
+    Every member read is bounded by the size the zip declares for it, before unpacking."""
+    check_zip_directory(path, "checkpoint")
     try:
         with zipfile.ZipFile(path) as archive:
+            check_zip_parts(archive, path, "checkpoint")
             members = {PurePosixPath(n): n for n in archive.namelist()}
             weights = sorted((p for p in members if p.name in WEIGHT_FILES),
                              key=lambda p: (len(p.parts), WEIGHT_FILES.index(p.name)))
@@ -130,19 +155,29 @@ def _from_zip(path: Path) -> Checkpoint:
                 raise UserError(f"{path}: the zip holds no {' or '.join(WEIGHT_FILES)}")
             folder = weights[0].parent
             where = f"{path}!{members[weights[0]]}"
-            checkpoint = _weights(archive.read(members[weights[0]]), where)
+            checkpoint = _weights(_weights_member(archive, members[weights[0]], where), where)
             config, tokenizer = folder / "config.json", folder / "tokenizer.json"
             if config in members:
                 where = f"{path}!{members[config]}"
-                checkpoint.config = checked_config(_json(archive.read(members[config]),
-                                                         where), where)
+                checkpoint.config = checked_config(
+                    _json(read_member(archive, members[config], MAX_JSON_BYTES, where),
+                          where), where)
             if tokenizer in members:
-                _add_tokenizer(checkpoint, archive.read(members[tokenizer]),
-                               f"{path}!{members[tokenizer]}")
+                where = f"{path}!{members[tokenizer]}"
+                _add_tokenizer(checkpoint, bytes(read_member(archive, members[tokenizer],
+                                                             MAX_JSON_BYTES, where)), where)
     except (zipfile.BadZipFile, OSError) as exc:
         raise UserError(f"{path}: not a readable zip ({exc})") from None
     checkpoint.source = str(path)
     return checkpoint
+
+
+def _weights_member(archive: zipfile.ZipFile, name: str, where: str) -> bytearray:
+    """The weights file inside a zip, refused before unpacking when it would unpack to
+    more than MAX_PACKING_RATIO times its packed size (and more than the floor)."""
+    packed = archive.getinfo(name).compress_size
+    return read_member(archive, name, max(PACKING_FLOOR_BYTES, MAX_PACKING_RATIO * packed),
+                       where)
 
 
 def _safetensors(data: bytes, where: str) -> Checkpoint:

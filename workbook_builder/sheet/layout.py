@@ -24,7 +24,8 @@ The `hand` layout (sheet/hand_layout.py) writes like `cells` but sets every matr
 between live copies of its operands.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 
 import numpy as np
@@ -123,7 +124,8 @@ class SheetWriter:
         self.ws = ws
         self.layout = layout
         self.params = params
-        self.label_sets = dict(label_sets or {})
+        # read only; kept as given (a kind may make its label lists when asked)
+        self.label_sets = label_sets if label_sets is not None else {}
         self.row = first_row
         self.margin = 1
         self.max_width = MAX_WIDTH
@@ -177,10 +179,20 @@ class SheetWriter:
     # -- declared sections -----------------------------------------------------------------
     def write(self, sections: Iterable[Section], inputs: Mapping[str, np.ndarray]) -> None:
         """Every section in order: its header line, then its bands; all of them flowing
-        in compact lines when the sheet is small enough (`compact_fits`)."""
-        sections = list(sections)
+        in compact lines when the sheet is small enough (`compact_fits`). Sections are
+        drawn from `sections` as they are placed: a plan stopped at a limit has made only
+        the ones before (a million flash tiles are never all declared)."""
+        sections = iter(sections)
         if self.compact is None:
-            self.compact = self.compact_fits(sections)
+            seen: list[Section] = []  # what the compact plan drew, placed again below
+
+            def drawn() -> Iterator[Section]:
+                for sec in sections:
+                    seen.append(sec)
+                    yield sec
+
+            self.compact = self.compact_fits(drawn())
+            sections = itertools.chain(seen, sections)
         if self.compact:
             self.max_width = COMPACT_WIDTH
             self._write_compact(sections, inputs)
@@ -228,7 +240,7 @@ class SheetWriter:
                 self._band_items(band, inputs)
         self._end_band()
 
-    def compact_fits(self, sections: list[Section]) -> bool:
+    def compact_fits(self, sections: Iterable[Section]) -> bool:
         """Whether the compact layout of `sections` fits one landscape page: planned with
         no cell written, stopped as soon as it grows past COMPACT_ROWS rows or
         COMPACT_WIDTH columns."""

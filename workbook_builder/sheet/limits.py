@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.constants import constant_blocks
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE, HandTooLarge, plan_for
 from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond, SheetPlan
 from workbook_builder.sheet.refs import name_destinations, parse_range
@@ -23,6 +25,10 @@ EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
 DEFAULT_MAX_CELLS = 2_000_000      # input and formula cells of one build, answer key included
 MAX_LABEL_CHARS = 255              # one token or label
 MAX_WORKBOOK_BYTES = 200 * 2**20   # a workbook's parts, uncompressed, that check/grade read
+# a formula check/grade hand an engine: attnsheets writes none over 300 characters, and the
+# `formulas` engine parses an operator chain in time and memory growing with its square
+# (one 10 KB formula: ~0.5 GB and ~15 s), so a longer one is refused before any engine
+MAX_FORMULA_CHARS = 1_024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +97,34 @@ def _lower(params, *sizes: int, guess: bool = True) -> str:
     flags = [_flag(f) for f in sizes_of if getattr(params, f.name) in sizes] or \
         [_flag(f) for f in sizes_of if guess and getattr(params, f.name) > 1]
     return "lower " + " or ".join(flags) if flags else "use smaller sizes"
+
+
+def check_sizes(kind, params, max_cells: int = DEFAULT_MAX_CELLS) -> None:
+    """Refuse, from the parameters alone and before any label or block is made, sizes no
+    sheet can hold: an input block beyond Excel's grid, or inputs of more than
+    `max_cells` cells together. Every present input is a block of the sheet, so this is a
+    lower bound of the plan `check_fits` then makes; without it a billion tokens would
+    first make a billion labels."""
+    if type(max_cells) is not int or max_cells <= 0:
+        raise UserError(f"--max-cells must be a positive whole number, got {max_cells}")
+    shapes = kind.input_shapes(params)
+    for name, (rows, cols) in shapes.items():
+        shape = f"input {name} is {rows:,}×{cols:,}"
+        if cols > EXCEL_COLS:
+            raise UserError(f"{kind.name}: the sheet would be at least {cols:,} columns "
+                            f"wide, more than Excel's {EXCEL_COLS:,} ({shape}); "
+                            f"{_lower(params, cols)}")
+        if rows > EXCEL_ROWS:
+            raise UserError(f"{kind.name}: the sheet would be at least {rows:,} rows long, "
+                            f"more than Excel's {EXCEL_ROWS:,} ({shape}); "
+                            f"{_lower(params, rows)}")
+    cells = sum(rows * cols for rows, cols in shapes.values())
+    if cells > max_cells:
+        name, (rows, cols) = max(shapes.items(), key=lambda item: item[1][0] * item[1][1])
+        raise UserError(f"{kind.name}: the workbook would hold more than --max-cells "
+                        f"{max_cells:,} input and formula cells (its inputs alone hold "
+                        f"{cells:,}; input {name} is {rows:,}×{cols:,}); "
+                        f"{_lower(params, rows, cols)}, or raise --max-cells")
 
 
 def check_fits(kind, params, labels: list[str], exercise=None,
@@ -194,6 +228,49 @@ def extent_of(refs) -> tuple[int, int] | None:
     if not bottom:
         return None
     return min(bottom + 1, EXCEL_ROWS), min(right + 1, EXCEL_COLS)
+
+
+def named_cells(wb) -> int:
+    """The cells the workbook-level defined names cover together (each a plain range):
+    no formula of a workbook of ours reads a range larger than that."""
+    total = 0
+    for defined in wb.defined_names.values():
+        try:
+            top, left, bottom, right = parse_range(
+                name_destinations(defined)[0][1].replace("$", ""))
+        except Exception:  # empty, a formula, a whole column: not a plain range
+            continue
+        total += (bottom - top + 1) * (right - left + 1)
+    return total
+
+
+def held_cells(ws) -> int:
+    """The cells a sheet holds: those stored, and those of its blocks kept as arrays."""
+    return sum(1 for _ in stored_cells(ws)) + sum(
+        block.values.size for block in constant_blocks(ws))
+
+
+def check_names(wb, path) -> None:
+    """Refuse a defined name covering more cells than its sheet holds (`A1:XFD1048576`
+    over a sheet of a few hundred): every name attnsheets writes covers cells it wrote,
+    and reading such a name's cells, or bounding a formula's reach by it, would cost
+    gigabytes."""
+    held: dict[str, int] = {}
+    for name, defined in wb.defined_names.items():
+        try:
+            (sheet, ref), = name_destinations(defined)
+            top, left, bottom, right = parse_range(ref.replace("$", ""))
+        except Exception:  # not one plain range: `find_name` refuses it if it is read
+            continue
+        if sheet not in wb.sheetnames:
+            continue
+        cells = (bottom - top + 1) * (right - left + 1)
+        if sheet not in held and cells > 1:
+            held[sheet] = held_cells(wb[sheet])
+        if cells > held.get(sheet, 1):
+            raise UserError(f"{path}: defined name {name} covers {ref} ({cells:,} cells), "
+                            f"more than the {held[sheet]:,} cells sheet {sheet!r} holds; it "
+                            f"is not a name attnsheets wrote (delete it)")
 
 
 def check_grid(wb, path) -> None:

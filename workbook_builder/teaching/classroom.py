@@ -33,7 +33,7 @@ from workbook_builder.engines.thirdparty import save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.kind import Kind, complete_inputs
-from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, check_fits
+from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, check_fits, check_sizes
 from workbook_builder.sheet.refs import name_destinations, parse_cell, parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
 from workbook_builder.teaching.record import RECORD, SHARED, student_record, write_record
@@ -216,6 +216,7 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
     that fails or is interrupted leaves nothing behind."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
+    check_sizes(kind, params, max_cells)  # before anything is allocated
     labels = kind.labels(params, tokens)
     check_fits(kind, params, labels, exercise, max_cells, layout)
     validate_steps(kind, params, exercise)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.book.files import check_writable, open_workbook, write_csv
+from workbook_builder.book.reading import regular_file
 from workbook_builder.book.workbook import read_spec, spec_kind_params
 from workbook_builder.checking.check import (
     ENGINES,
@@ -99,6 +100,7 @@ def collect_files(paths: list[Path]) -> list[Path]:
         if path.is_dir():
             files += sorted(p for p in path.rglob("*") if _returned_workbook(p, path))
         elif path.exists():
+            regular_file(path, "workbook")  # a pipe named f.xlsx would wait forever
             files.append(path)
         else:
             raise UserError(f"{path}: no such file or folder")
