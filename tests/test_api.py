@@ -1,6 +1,7 @@
 """The Python API: build, check, read_blocks, reference, kinds; the notebook display; and the
 example notebook in docs/, executed as a user runs it."""
 
+import inspect
 import json
 from pathlib import Path
 
@@ -89,6 +90,52 @@ def test_save_is_atomic_refuses_to_overwrite_and_the_file_checks(tmp_path):
 ])
 def test_errors_raise_one_type_with_the_command_lines_message(tmp_path, call, message):
     with pytest.raises(api.AttnsheetsError, match=message.replace("'", ".")) as raised:
+        call()
+    assert "\n" not in str(raised.value)
+
+
+def _takes_a_path(function) -> bool:
+    return any("Path" in str(p.annotation)
+               for p in inspect.signature(function).parameters.values())
+
+
+def test_every_api_function_taking_a_path_takes_a_str(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("roster.csv").write_text("id,name\ns1,Ann\ns2,Bo\n", encoding="utf-8")
+    kind = api.get_kind("attention")
+    params = api.resolve_params(kind, {"seq_len": 2, "d_model": 2, "d_k": 2}, {}, None)
+    api.run_class(kind, params, "roster.csv", "class", api.make_spec("WEIGHTS", None, True))
+    book = api.build("attention", "one.xlsx", seq_len=2, d_model=2, d_k=2)
+    assert api.check("one.xlsx").passed and book.path == Path("one.xlsx")
+    assert set(api.read_blocks("one.xlsx")) >= {"X", "WEIGHTS"}
+    assert api.read_spec(api.open_workbook("one.xlsx"), "one.xlsx").kind == "attention"
+    api.check_writable("new.xlsx", False)
+    assert [r.student for r in api.read_record("class")] == ["s1", "s2"]
+    assert api.grade_file("class/attention_s1.xlsx").student == "s1"
+    grades = api.grade_all(["class"], "grades.csv", False, manifest="class/manifest.json")
+    assert {g.student for g in grades if g.verified} == {"s1", "s2"}
+    assert Path("grades.csv").is_file()
+    assert api.reproduce("wo-ai-ai", "tutorial", False)
+    # and every other public function whose signature names a Path is wrapped the same way
+    exported = [getattr(api, name) for name in api.__all__]
+    unwrapped = [f.__name__ for f in exported if inspect.isfunction(f) and _takes_a_path(f)
+                 and f.__module__ != api.__name__ and not hasattr(f, "__wrapped__")]
+    assert unwrapped == []
+
+
+@pytest.mark.parametrize("call", [
+    lambda: api.read_record("no-such-folder"),
+    lambda: api.grade_all(["no-such-folder"], None, False),
+    lambda: api.read_blocks("no-such.xlsx"),
+    lambda: api.open_workbook("no-such.xlsx"),
+    lambda: api.reproduce("wo-ai-ai", "one.xlsx", False),
+    lambda: api.reproduce("no-such-tutorial", "tutorial", False),
+])
+def test_a_missing_or_wrong_path_given_as_str_raises_attnsheets_error(tmp_path, monkeypatch,
+                                                                      call):
+    monkeypatch.chdir(tmp_path)
+    Path("one.xlsx").write_text("not a folder", encoding="utf-8")
+    with pytest.raises(api.AttnsheetsError) as raised:
         call()
     assert "\n" not in str(raised.value)
 

@@ -12,8 +12,11 @@ line prints.
 """
 
 import dataclasses
+import functools
 import html
 import importlib
+import inspect
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -89,10 +92,44 @@ _ON_FIRST_USE = {
 
 
 def __getattr__(name: str) -> Any:
-    """The names of `_ON_FIRST_USE`, their module imported when first asked for."""
+    """The names of `_ON_FIRST_USE`, their module imported when first asked for (functions
+    taking paths take them as `str` too)."""
     if name not in _ON_FIRST_USE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    found = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    if inspect.isfunction(found):
+        found = _taking_str_paths(found)
+    globals()[name] = found  # asked for once
+    return found
+
+
+def _taking_str_paths(function: Callable) -> Callable:
+    """`function`, each argument annotated as a Path (or a list of them) also taken as a
+    `str` (or any `os.PathLike`), and a missing or unreadable file an `AttnsheetsError`."""
+    signature = inspect.signature(function)
+    path_params = {name: "list[" in str(param.annotation)
+                   for name, param in signature.parameters.items()
+                   if "Path" in str(param.annotation)}
+
+    @functools.wraps(function)
+    def with_paths(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        for name, is_list in path_params.items():
+            value = bound.arguments.get(name)
+            if value is None:
+                continue
+            if is_list and not isinstance(value, str | os.PathLike):
+                bound.arguments[name] = [Path(v) for v in value]
+            else:
+                bound.arguments[name] = [Path(value)] if is_list else Path(value)
+        try:
+            return function(*bound.args, **bound.kwargs)
+        except FileNotFoundError as error:
+            raise UserError(f"{error.filename}: no such file") from None
+        except (IsADirectoryError, NotADirectoryError, PermissionError) as error:
+            raise UserError(f"{error.filename}: {error.strerror}") from None
+
+    return with_paths
 
 
 # the kinds `--checkpoint` can fill
@@ -366,3 +403,10 @@ def _heatmap_html(frame: "pd.DataFrame") -> str:
                 if np.isfinite(v) else "" for v in column]
 
     return numbers.style.apply(shade).format("{:.4f}", na_rep="—").to_html()
+
+
+# the machinery's path-taking functions the command line reaches through this module
+check_writable = _taking_str_paths(check_writable)
+export_pdf = _taking_str_paths(export_pdf)
+open_workbook = _taking_str_paths(open_workbook)
+read_spec = _taking_str_paths(read_spec)
