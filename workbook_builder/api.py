@@ -35,6 +35,7 @@ from workbook_builder.book.files import (
     save_atomic,
 )
 from workbook_builder.book.inputs import load_inputs
+from workbook_builder.book.pdfs import Handout, export_pdfs, plan_handouts
 from workbook_builder.book.workbook import BookSpec, build_workbook, read_spec
 from workbook_builder.checking.check import (
     ENGINES,
@@ -72,7 +73,8 @@ __all__ = [
     "TUTORIALS", "ClassResult", "DemoResult", "checkpoint_inputs",
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
     "demo_workers",
-    "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
+    "export_pdf", "export_pdfs", "Handout", "plan_handouts", "get_kind", "grade_all",
+    "installed_engines", "load_inputs", "make_spec",
     "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
     "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
 
@@ -410,3 +412,5 @@ check_writable = _taking_str_paths(check_writable)
 export_pdf = _taking_str_paths(export_pdf)
 open_workbook = _taking_str_paths(open_workbook)
 read_spec = _taking_str_paths(read_spec)
+export_pdfs = _taking_str_paths(export_pdfs)
+plan_handouts = _taking_str_paths(plan_handouts)

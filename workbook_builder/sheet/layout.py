@@ -631,6 +631,7 @@ class SheetWriter:
     def _wrap_text_rows(self) -> None:
         """Each line of prose wrapped within its unit's columns (never printed past the
         page's right edge), its row as tall as the lines it takes."""
+        self._text_columns: dict[int, int] = {}
         for row in self._text_rows:
             unit = next((u for u in self.units if u.top <= row <= u.bottom), None)
             cell = self.ws.cell(row, self.margin)
@@ -640,10 +641,26 @@ class SheetWriter:
             self.ws.merge_cells(start_row=row, start_column=self.margin, end_row=row,
                                 end_column=right)
             cell.alignment = Alignment(wrap_text=True, vertical="top")
+            self._text_columns[row] = right - self.margin + 1
+        self.fit_text_rows()
+
+    def fit_text_rows(self) -> None:
+        """Each wrapped prose row as tall as its text now takes (again after the text is
+        translated: Chinese glyphs are taller and wider than the English they replace)."""
+        for row, columns in getattr(self, "_text_columns", {}).items():
+            cell = self.ws.cell(row, self.margin)
+            if not isinstance(cell.value, str):
+                continue
             size = cell.font.sz or FONT_PT
-            lines = wrapped_lines(cell.value, right - self.margin + 1, size)
-            if lines > 1:
-                self.ws.row_dimensions[row].height = lines * size * 1.3
+            lines = wrapped_lines(cell.value, columns, size)
+            cjk = _has_cjk(cell.value)  # a CJK line is about 1.5 of its font size high
+            height = lines * size * (1.5 if cjk else 1.3)
+            if lines > 1 or (cjk and height > 15.0):  # 15 pt: a default row
+                self.ws.row_dimensions[row].height = round(height, 2)
+
+
+def _has_cjk(text: str) -> bool:
+    return any(ord(ch) > 0x2E80 for ch in text)
 
 
 def wrapped_lines(text: str, columns: int, size: float) -> int:

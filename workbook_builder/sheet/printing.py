@@ -27,6 +27,7 @@ ROW_PT = 15.0  # a row of default height, as the file records it
 # A4 in points, with the margins set below (inches, as the file stores them)
 PAGE = {"landscape": (842.0, 595.0), "portrait": (595.0, 842.0)}
 SIDE_IN, TOP_IN, HEADER_IN = 0.4, 0.6, 0.3
+PAGE_FOOTER = "page &P of &N"
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,11 @@ def _column_breaks(widths: list[float], fit_w: float, unsafe: set[int]) -> list[
 
 
 def set_print_layout(ws: Worksheet, units: list[PrintUnit], title: str,
-                     spans: Sequence[tuple[int, int]] = ()) -> None:
+                     spans: Sequence[tuple[int, int]] = (),
+                     footer: str = PAGE_FOOTER) -> None:
     """Print setup of a block sheet: its print area, breaks and scale (`plan_pages`),
     the title in the header and page numbers in the footer, no gridlines or headings."""
-    base_setup(ws, title)
+    base_setup(ws, title, footer)
     if not units:
         return
     orientation, scale, rows, cols = plan_pages(ws, units, spans)
@@ -132,8 +134,9 @@ def set_print_layout(ws: Worksheet, units: list[PrintUnit], title: str,
     ws.print_area = f"A1:{cell_ref(max(u.bottom for u in units), right)}"
 
 
-def base_setup(ws: Worksheet, title: str) -> None:
-    """A4, margins, header and footer, no printed gridlines or row/column headings."""
+def base_setup(ws: Worksheet, title: str, footer: str = PAGE_FOOTER) -> None:
+    """A4, margins, header and footer (`&P` the page, `&N` the pages), no printed gridlines
+    or row/column headings."""
     ws.page_setup.paperSize = ws.PAPERSIZE_A4
     ws.sheet_properties.pageSetUpPr.fitToPage = False
     ws.row_breaks, ws.col_breaks = RowBreak(), ColBreak()
@@ -143,4 +146,4 @@ def base_setup(ws: Worksheet, title: str) -> None:
     ws.print_options.gridLines = False
     ws.print_options.headings = False
     ws.oddHeader.center.text = title
-    ws.oddFooter.center.text = "page &P of &N"
+    ws.oddFooter.center.text = footer
