@@ -55,6 +55,7 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     ws = wb.active
     ws.title = kind.sheet_title
     sheet = sheet_writer(ws, layout)
+    sheet.tr = tr  # charts' axis and legend titles are in the sheet's language
     sheet.array_block_cells = array_block_cells if exercise is None else None
     sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
                 f"{kind.describe(params)}; layout={layout}" + (f"; {note}" if note else ""))

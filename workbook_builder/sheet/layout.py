@@ -24,7 +24,7 @@ The `hand` layout (sheet/hand_layout.py) writes like `cells` but sets every matr
 between live copies of its operands.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,8 +32,11 @@ from openpyxl.cell.cell import Cell
 from openpyxl.chart import BarChart, LineChart, ScatterChart
 from openpyxl.chart import Series as ChartData
 from openpyxl.chart.data_source import AxDataSource
+from openpyxl.chart.layout import Layout, ManualLayout
 from openpyxl.chart.series import SeriesLabel, StrRef
 from openpyxl.comments import Comment
+from openpyxl.drawing.spreadsheet_drawing import AnchorMarker, TwoCellAnchor
+from openpyxl.drawing.text import CharacterProperties, ParagraphProperties
 from openpyxl.formatting.rule import ColorScaleRule, Rule
 from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from openpyxl.styles.differential import DifferentialStyle
@@ -147,6 +150,7 @@ class SheetWriter:
         self._titles: list[tuple[int, str, bool]] = []  # the line's (column, title, bold)
         self._pending_title: tuple[str, bool] | None = None
         self._shaded_masks: set[str] = set()
+        self.tr: Callable[[str], str] = str  # the sheet's language, for chart titles
 
     @property
     def header_rows(self) -> int:
@@ -431,8 +435,10 @@ class SheetWriter:
             self.ws.merge_cells(start_row=top, start_column=left, end_row=top,
                                 end_column=left + cols - 1)
         drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
-        drawn.x_axis.title = chart.x_title or None
-        drawn.y_axis.title = chart.y_title or None
+        drawn.x_axis.title = self.tr(chart.x_title) if chart.x_title else None
+        drawn.y_axis.title = self.tr(chart.y_title) if chart.y_title else None
+        if chart.legend_title:
+            _legend_title(drawn, self.tr(chart.legend_title))
         drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
         drawn.x_axis.axPos = "b"
         if chart.log_x is not None:
@@ -443,11 +449,13 @@ class SheetWriter:
         drawn.y_axis.number_format = "General"  # not the cells' four decimals
         for one in series:
             drawn.series.append(self._chart_data(one, chart.kind))
-        # a row in cm; a compact chart a little shorter than its rows, so that no edge of
-        # it spills over a page break under them
-        row_cm = 0.53 * (0.95 * COMPACT_ROW_PT / 15.0 if self.compact else 1)
-        drawn.width, drawn.height = cols * 1.8, rows * row_cm  # as the cells
-        self.ws.add_chart(drawn, cell_ref(top + 1, left))
+        # anchored to its cells, corner to corner: whatever height its rows take (a
+        # translated line, a compact row), the chart stays inside them, so a page break,
+        # which falls only between units, never cuts it, and the print area holds it
+        drawn.anchor = TwoCellAnchor(editAs="twoCell",
+                                     _from=AnchorMarker(col=left - 1, row=top),
+                                     to=AnchorMarker(col=left - 1 + cols, row=top + rows))
+        self.ws.add_chart(drawn)
 
     def _chart_size(self, chart: Chart) -> tuple[int, int]:
         """Columns and rows of the chart (smaller in a compact line)."""
@@ -661,6 +669,20 @@ class SheetWriter:
 
 def _has_cjk(text: str) -> bool:
     return any(ord(ch) > 0x2E80 for ch in text)
+
+
+def _legend_title(drawn, text: str) -> None:
+    """A title over the chart's legend (the file format has no legend title): the chart's
+    own title, small, set at the top right above the legend, which sits on the right."""
+    drawn.legend.position = "r"
+    drawn.title = text
+    drawn.title.overlay = False
+    run = drawn.title.tx.rich.p[0]
+    run.pPr = ParagraphProperties(defRPr=CharacterProperties(sz=900, b=True))
+    for piece in run.r:
+        piece.rPr = CharacterProperties(sz=900, b=True)
+    drawn.title.layout = Layout(manualLayout=ManualLayout(x=0.78, y=0.02, xMode="edge",
+                                                          yMode="edge"))
 
 
 def wrapped_lines(text: str, columns: int, size: float) -> int:
