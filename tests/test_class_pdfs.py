@@ -1,6 +1,7 @@
 """A class's handouts as they come out of the printer: each page says whose it is, and one
 `pdf` call prints a whole class folder (roster order), one PDF per workbook and one of all."""
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -102,3 +103,33 @@ def test_pdf_refuses_what_it_cannot_print_in_one_line(tmp_path, args, message):
     ran = cli("pdf", *[a.format(out=out, tmp=tmp_path) for a in args])
     assert message in one_line_error(ran)
     assert not list(tmp_path.rglob("*.pdf"))
+
+
+def words_on_first_page(pdf: Path) -> list[tuple[float, float, str]]:
+    """(top, bottom, text) of every word on the PDF's first page."""
+    out = subprocess.run(["pdftotext", "-bbox", "-f", "1", "-l", "1", str(pdf), "-"],
+                         capture_output=True, text=True, check=True).stdout
+    return [(float(m.group(1)), float(m.group(2)), m.group(3)) for m in re.finditer(
+        r'<word xMin="[^"]+" yMin="([^"]+)" xMax="[^"]+" yMax="([^"]+)">([^<]*)</word>', out)]
+
+
+@requires_libreoffice
+@requires_pdftotext
+@pytest.mark.skipif("zh" not in LANGS, reason="no Chinese font (apt-get install "
+                                               "fonts-noto-cjk)")
+@pytest.mark.parametrize("kind,step", [("multihead", "WEIGHTS_H1"), ("attention", "WEIGHTS"),
+                                       ("flash", "OUTPUT")])
+def test_a_chinese_title_never_runs_into_the_subtitle_below_it(tmp_path, kind, step):
+    """The title (the student line, the kind's summary: two lines in Chinese) prints
+    wholly above the subtitle (`seq_len=…`), in a row as tall as its translated text."""
+    out = write_class(tmp_path, "zh", kind=kind, step=step)
+    book = out / f"{kind}_s01.xlsx"
+    assert cli("pdf", book).returncode == 0
+    words = words_on_first_page(book.with_suffix(".pdf"))
+    subtitle_top = next(top for top, _, text in words if text.startswith("seq_len="))
+    title = [(top, bottom, text) for top, bottom, text in words
+             if top < subtitle_top - 2 and top > 50]  # under the page header
+    assert title, words[:10]
+    lowest = max(bottom for _, bottom, _ in title)
+    print(kind, "title bottom", lowest, "subtitle top", subtitle_top)
+    assert lowest <= subtitle_top + 0.5
