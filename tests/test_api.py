@@ -40,6 +40,28 @@ def test_read_blocks_gives_dataframes_indexed_by_tokens():
     assert set(frames) == set(book.steps()) | set(TUTORIAL)
 
 
+def test_read_blocks_of_a_file_reads_its_large_inputs_as_arrays_in_one_pass(tmp_path,
+                                                                             monkeypatch):
+    """A file with input blocks past CONSTANT_BLOCK_CELLS (a real layer's weights) is read
+    as `check` reads it: one pass over each sheet's XML, those blocks as arrays, never a
+    cell object per weight; every block equals what the build computed."""
+    import workbook_builder.book.sheet_xml as sheet_xml
+
+    book = api.build("attention", tmp_path / "big.xlsx", seq_len=3, d_model=128, d_k=40,
+                     layout="blocks")
+    arrays = []
+    real_add = sheet_xml.add_constant_block
+    monkeypatch.setattr(sheet_xml, "add_constant_block",
+                        lambda ws, top, left, values, *rest: arrays.append(values.shape)
+                        or real_add(ws, top, left, values, *rest))
+    frames = api.read_blocks(str(book.path))
+    assert (128, 40) in arrays  # W_Q, W_K, W_V: 5120 cells each
+    for name, frame in api.read_blocks(book).items():
+        np.testing.assert_array_equal(frames[name].to_numpy(float), frame.to_numpy(float),
+                                      err_msg=name)
+        assert list(frames[name].index) == list(frame.index)
+
+
 def test_an_input_changed_through_the_api_is_checked_from_the_workbook():
     book = api.build("attention", tokens=TOKENS, inputs=TUTORIAL)
     before = api.read_blocks(book)["WEIGHTS"].to_numpy(float)

@@ -48,7 +48,11 @@ from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.models.families import KIND_FAMILIES
-from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS, set_number
+from workbook_builder.sheet.constants import (
+    CONSTANT_BLOCK_CELLS,
+    constant_block_at,
+    set_number,
+)
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.limits import (
@@ -343,34 +347,40 @@ def check(path_or_book: str | Path | Book, engine: str = "formulas",
 def read_blocks(path_or_book: str | Path | Book) -> "dict[str, pd.DataFrame]":
     """Every named block (inputs and steps) as a DataFrame: row labels (tokens) as the
     index, column labels as the columns. From a file, the values it stores (as Excel,
-    LibreOffice or the build saved them); from a Book, the `formulas` engine's values."""
+    LibreOffice or the build saved them), read in one pass by the reader `check` uses (its
+    large input blocks as arrays); from a Book, the `formulas` engine's values."""
     if isinstance(path_or_book, Book):
         workbook, values = path_or_book.workbook, path_or_book.values
     else:
         path = Path(path_or_book)
-        workbook = open_workbook(path)
+        workbook = open_workbook(path, data_only=True, array_blocks=True)
         read_spec(workbook, path)  # only our workbooks
-        stored = open_workbook(path, data_only=True)
-        values = {(ws.title.upper(), r, c): ws.cell(r, c).value
-                  for ws in stored.worksheets for r, c in _named_cells(workbook, ws.title)}
+        values = {}  # the cells hold the stored values
     import pandas as pd
 
     frames = {}
     for name in sorted(workbook.defined_names):
         where = find_name(workbook, name, Path("book"))
         ws = workbook[where.sheet]
-
-        def value(i: int, j: int, where: NamedRange = where, ws=ws) -> Any:
-            key = (where.sheet.upper(), where.top + i, where.left + j)
-            got = values.get(key)
-            return ws.cell(where.top + i, where.left + j).value if got is None else got
-
         rows, cols = where.shape
         frames[name] = pd.DataFrame(
-            [[value(i, j) for j in range(cols)] for i in range(rows)],
+            _block_rows(ws, where, values),
             index=[ws.cell(where.top + i, where.left - 1).value for i in range(rows)],
             columns=[ws.cell(where.top - 1, where.left + j).value for j in range(cols)])
     return frames
+
+
+def _block_rows(ws, where: NamedRange, values: CellValues) -> "list[list[Any]] | np.ndarray":
+    """The block's cells row by row: an array block's numbers, else each cell's value
+    (the engine's value where `values` has one)."""
+    block = constant_block_at(ws, where.top, where.left, where.bottom, where.right)
+    if block is not None:  # its float array as it is, unless some cells read as ints
+        return block.rows() if block.integers.any() else block.values
+    sheet = where.sheet.upper()
+    rows = ws.iter_rows(min_row=where.top, max_row=where.bottom, min_col=where.left,
+                        max_col=where.right, values_only=True)
+    return [[value if (got := values.get((sheet, where.top + i, where.left + j))) is None
+             else got for j, value in enumerate(row)] for i, row in enumerate(rows)]
 
 
 def reference(kind: str, inputs: dict[str, Any], seed: int = 0,
@@ -381,14 +391,6 @@ def reference(kind: str, inputs: dict[str, Any], seed: int = 0,
     given = {name: np.asarray(value, dtype=float) for name, value in inputs.items()}
     params = resolve_params(kind_class, sizes, given, None)
     return expected_steps(kind_class, params, complete_inputs(kind_class, params, given, seed))
-
-
-def _named_cells(workbook: Workbook, title: str):
-    for name in workbook.defined_names:
-        where = find_name(workbook, name, Path("book"))
-        if where.sheet == title:
-            yield from ((where.top + i, where.left + j) for i in range(where.shape[0])
-                        for j in range(where.shape[1]))
 
 
 def _heatmap_html(frame: "pd.DataFrame") -> str:
