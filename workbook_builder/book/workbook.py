@@ -18,9 +18,20 @@ from workbook_builder.sheet.cells import set_text, write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import Kind, make_params
 from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT, TITLE_FONT
-from workbook_builder.sheet.printing import base_setup, set_print_layout
+from workbook_builder.sheet.printing import (
+    COMPACT_MIN_SCALE,
+    MIN_SCALE,
+    base_setup,
+    set_print_layout,
+)
 from workbook_builder.sheet.registry import get_kind
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
+from workbook_builder.teaching.exercise import (
+    EXERCISE_TOP,
+    KEY_SHEET,
+    ExerciseSpec,
+    apply_exercise,
+    exercise_rows,
+)
 from workbook_builder.teaching.i18n import catalog_for, translate_sheets
 
 ABOUT = "About"
@@ -59,6 +70,8 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     sheet.array_block_cells = array_block_cells if exercise is None else None
     sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
                 f"{kind.describe(params)}; layout={layout}" + (f"; {note}" if note else ""))
+    if exercise is not None:  # its instructions and self-check open the sheet
+        sheet.row = EXERCISE_TOP + exercise_rows(exercise)
     kind.lay_out(sheet, params, inputs, tokens)
     if exercise is not None:
         apply_exercise(sheet, kind, params, inputs, tokens, layout, exercise)
@@ -77,7 +90,8 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     for other in wb.worksheets:
         base_setup(other, f"attnsheets — {kind.name} — {other.title}", footer)
     set_print_layout(ws, sheet.units, f"attnsheets — {kind.name} — {ws.title}",
-                     [(b.left - 1, b.right) for b in sheet.blocks.values()], footer)
+                     [(b.left - 1, b.right) for b in sheet.blocks.values()], footer,
+                     COMPACT_MIN_SCALE if sheet.compact else MIN_SCALE)
     if student is not None:
         for other in wb.worksheets:
             other.oddHeader.left.text = header_text(whose)

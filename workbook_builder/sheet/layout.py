@@ -173,6 +173,10 @@ class SheetWriter:
         self._text_rows.append(self.row)
         self.row += 1
 
+    def wrap_text_row(self, row: int) -> None:
+        """Wrap the prose in column A of `row` across its unit's width at `finish`."""
+        self._text_rows.append(row)
+
     def _glue(self, row: int) -> None:
         """Keep text lines from `row` on with the unit that follows them."""
         if self._glued is None:
@@ -233,18 +237,19 @@ class SheetWriter:
         self._end_band()
 
     def compact_fits(self, sections: list[Section]) -> bool:
-        """Whether the compact layout of `sections` fits one landscape page: planned with
-        no cell written, stopped as soon as it grows past COMPACT_ROWS rows or
+        """Whether the compact layout of `sections` fits the width of one landscape page
+        (its lines then fill the pages one after the other, a page break between lines):
+        planned with no cell written, stopped as soon as a block is wider than
         COMPACT_WIDTH columns."""
         plan = self._compact_plan()
         try:
             plan._write_compact(sections, {})
         except PlanBeyond:
             return False
-        return plan.bottom <= COMPACT_ROWS and plan.right <= COMPACT_WIDTH
+        return plan.right <= COMPACT_WIDTH
 
     def _compact_plan(self) -> "SheetPlan":
-        plan = SheetPlan(self.params, self.label_sets, COMPACT_ROWS, COMPACT_WIDTH)
+        plan = SheetPlan(self.params, self.label_sets, None, COMPACT_WIDTH)
         plan.compact, plan.max_width = True, COMPACT_WIDTH
         return plan
 
