@@ -128,7 +128,7 @@ def test_a_chinese_title_never_runs_into_the_subtitle_below_it(tmp_path, kind, s
     words = words_on_first_page(book.with_suffix(".pdf"))
     subtitle_top = next(top for top, _, text in words if text.startswith("seq_len="))
     title = [(top, bottom, text) for top, bottom, text in words
-             if top < subtitle_top - 2 and top > 50]  # under the page header
+             if top < subtitle_top - 2 and top > 40]  # under the page header
     assert title, words[:10]
     lowest = max(bottom for _, bottom, _ in title)
     print(kind, "title bottom", lowest, "subtitle top", subtitle_top)

@@ -666,8 +666,8 @@ class SheetWriter:
                 continue
             size = cell.font.sz or FONT_PT
             lines = wrapped_lines(cell.value, columns, size)
-            cjk = _has_cjk(cell.value)  # a CJK line is about 1.5 of its font size high
-            height = lines * size * (1.5 if cjk else 1.3)
+            cjk = _has_cjk(cell.value)  # a CJK line prints about 1.6 of its font size high
+            height = lines * size * (1.7 if cjk else 1.3)
             if lines > 1 or (cjk and height > 15.0):  # 15 pt: a default row
                 self.ws.row_dimensions[row].height = round(height, 2)
 

@@ -95,6 +95,7 @@ def _number(x: float) -> str:
 # the instructions and the self-check table open the sheet, under its title (rows 1-3),
 # so that they print on page 1; the blocks start below them
 EXERCISE_TOP = 4
+COUNT_COL = 4  # the self-check table's "correct" column
 
 
 def exercise_rows(spec: ExerciseSpec) -> int:
@@ -133,7 +134,9 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
         BOLD_FONT
     sheet.wrap_text_row(row)
     write_text(ws, row + 1, 1, "✓ = row correct, ✗ = not yet").font = LABEL_FONT
-    for j, header in enumerate(("step", "correct", "of"), start=1):
+    # the counts three columns right: a step's name has room to show whole before them
+    for j, header in zip((1, COUNT_COL, COUNT_COL + 1), ("step", "correct", "of"),
+                         strict=True):
         write_text(ws, row + 2, j, header).font = LABEL_FONT
     for n, step in enumerate(spec.steps):
         mine, answer = sheet.blocks[step], key.blocks[step]
@@ -143,11 +146,11 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
                                           f'{mine.cols},"✓","✗")')
         r = row + 3 + n
         write_text(ws, r, 1, step).font = NAME_FONT
-        count = cell_ref(r, 2)
+        count = cell_ref(r, COUNT_COL)
         ws[count] = ArrayFormula(count, f"={_count(mine, answer, tol)}")
-        ws.cell(r, 3, mine.rows * mine.cols)
-        wb.defined_names[f"CHECK_{step}"] = DefinedName(
-            f"CHECK_{step}", attr_text=f"{quote_sheet(ws.title)}!{cell_ref(r, 2, True, True)}")
+        ws.cell(r, COUNT_COL + 1, mine.rows * mine.cols)
+        where = f"{quote_sheet(ws.title)}!{cell_ref(r, COUNT_COL, True, True)}"
+        wb.defined_names[f"CHECK_{step}"] = DefinedName(f"CHECK_{step}", attr_text=where)
 
 
 def _blank(ws, block: Block) -> None:
