@@ -106,7 +106,7 @@ CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
 COMPACT_WIDTH = 17
 COMPACT_HEADER_ROWS = 3  # name, equation, column labels
 COMPACT_ROW_PT = 12.75
-COMPACT_CHART = (7, 7)
+COMPACT_CHART = (7, 11)  # tall enough for a plot between the axis and legend titles
 TITLE_ROWS = 3  # the sheet's title, subtitle and legend, 15 pt each
 WRAP_ROWS = 3  # room for section titles and equations that wrap onto a second line
 # the last row of a compact sheet that fits one landscape page at MIN_SCALE
