@@ -34,9 +34,10 @@ from openpyxl.chart import Series as ChartData
 from openpyxl.chart.data_source import AxDataSource
 from openpyxl.chart.layout import Layout, ManualLayout
 from openpyxl.chart.series import SeriesLabel, StrRef
+from openpyxl.chart.text import RichText
 from openpyxl.comments import Comment
 from openpyxl.drawing.spreadsheet_drawing import AnchorMarker, TwoCellAnchor
-from openpyxl.drawing.text import CharacterProperties, ParagraphProperties
+from openpyxl.drawing.text import CharacterProperties, Paragraph, ParagraphProperties
 from openpyxl.formatting.rule import ColorScaleRule, Rule
 from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from openpyxl.styles.differential import DifferentialStyle
@@ -106,7 +107,7 @@ CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
 COMPACT_WIDTH = 17
 COMPACT_HEADER_ROWS = 3  # name, equation, column labels
 COMPACT_ROW_PT = 12.75
-COMPACT_CHART = (7, 11)  # tall enough for a plot between the axis and legend titles
+COMPACT_CHART = (7, 7)
 TITLE_ROWS = 3  # the sheet's title, subtitle and legend, 15 pt each
 WRAP_ROWS = 3  # room for section titles and equations that wrap onto a second line
 # the last row of a compact sheet that fits one landscape page at MIN_SCALE
@@ -444,6 +445,12 @@ class SheetWriter:
         drawn.y_axis.title = self.tr(chart.y_title) if chart.y_title else None
         if chart.legend_title:
             _legend_title(drawn, self.tr(chart.legend_title))
+        if self.compact:  # 8 pt titles and tick labels leave the small chart its plot
+            for axis in (drawn.x_axis, drawn.y_axis):
+                if axis.title is not None:
+                    _sized(axis.title, 800)
+                axis.txPr = RichText(p=[Paragraph(pPr=ParagraphProperties(
+                    defRPr=CharacterProperties(sz=800)), endParaRPr=CharacterProperties())])
         drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
         drawn.x_axis.axPos = "b"
         if chart.log_x is not None:
@@ -676,16 +683,21 @@ def _has_cjk(text: str) -> bool:
     return any(ord(ch) > 0x2E80 for ch in text)
 
 
+def _sized(title, size: int) -> None:
+    """A chart or axis title in bold of `size` hundredths of a point."""
+    for paragraph in title.tx.rich.p:
+        paragraph.pPr = ParagraphProperties(defRPr=CharacterProperties(sz=size, b=True))
+        for piece in paragraph.r or []:
+            piece.rPr = CharacterProperties(sz=size, b=True)
+
+
 def _legend_title(drawn, text: str) -> None:
     """A title over the chart's legend (the file format has no legend title): the chart's
     own title, small, set at the top right above the legend, which sits on the right."""
     drawn.legend.position = "r"
     drawn.title = text
-    drawn.title.overlay = False
-    run = drawn.title.tx.rich.p[0]
-    run.pPr = ParagraphProperties(defRPr=CharacterProperties(sz=900, b=True))
-    for piece in run.r:
-        piece.rPr = CharacterProperties(sz=900, b=True)
+    drawn.title.overlay = True  # over the plot's top right corner, taking no height of it
+    _sized(drawn.title, 800)
     drawn.title.layout = Layout(manualLayout=ManualLayout(x=0.78, y=0.02, xMode="edge",
                                                           yMode="edge"))
 
