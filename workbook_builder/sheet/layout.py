@@ -34,10 +34,9 @@ from openpyxl.chart import Series as ChartData
 from openpyxl.chart.data_source import AxDataSource
 from openpyxl.chart.layout import Layout, ManualLayout
 from openpyxl.chart.series import SeriesLabel, StrRef
-from openpyxl.chart.text import RichText
 from openpyxl.comments import Comment
 from openpyxl.drawing.spreadsheet_drawing import AnchorMarker, TwoCellAnchor
-from openpyxl.drawing.text import CharacterProperties, Paragraph, ParagraphProperties
+from openpyxl.drawing.text import CharacterProperties, ParagraphProperties
 from openpyxl.formatting.rule import ColorScaleRule, Rule
 from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from openpyxl.styles.differential import DifferentialStyle
@@ -445,12 +444,6 @@ class SheetWriter:
         drawn.y_axis.title = self.tr(chart.y_title) if chart.y_title else None
         if chart.legend_title:
             _legend_title(drawn, self.tr(chart.legend_title))
-        if self.compact:  # 8 pt titles and tick labels leave the small chart its plot
-            for axis in (drawn.x_axis, drawn.y_axis):
-                if axis.title is not None:
-                    _sized(axis.title, 800)
-                axis.txPr = RichText(p=[Paragraph(pPr=ParagraphProperties(
-                    defRPr=CharacterProperties(sz=800)), endParaRPr=CharacterProperties())])
         drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
         drawn.x_axis.axPos = "b"
         if chart.log_x is not None:
@@ -697,7 +690,7 @@ def _legend_title(drawn, text: str) -> None:
     drawn.legend.position = "r"
     drawn.title = text
     drawn.title.overlay = True  # over the plot's top right corner, taking no height of it
-    _sized(drawn.title, 800)
+    _sized(drawn.title, 1000)  # 10 pt: 8 pt or more at the smallest print scale
     drawn.title.layout = Layout(manualLayout=ManualLayout(x=0.78, y=0.02, xMode="edge",
                                                           yMode="edge"))
 
