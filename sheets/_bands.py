@@ -132,8 +132,9 @@ def weights_chart(weights: str = "WEIGHTS") -> Chart:
     """Each query's row of `weights` as a group of bars over the keys, read live from the
     block (so an edited input redraws it); left out past the layout's chart limit."""
     return Chart(f"{weights}: each query's weights over the keys",
-                 (Series(weights, along="row"),), kind="bar", y_title="A_ij",
-                 y_range=(0, 1), cols=8, rows=12)
+                 (Series(weights, along="row"),), kind="bar", x_title="keys j",
+                 y_title="weight A_ij", legend_title="query i", y_range=(0, 1), cols=8,
+                 rows=12)
 
 
 def softmax_steps(scaled: str = "SCALED", mask: str | None = None, suffix: str = "",

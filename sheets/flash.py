@@ -179,15 +179,18 @@ def key_block(p, j, c0, c1):
 
 
 def state_charts(t: int):
-    """m_j and α_j of every key block j as lines over the query rows, read live from the
+    """m_j and α_j of every key block j as bars over the query rows, read live from the
     M_Bj and ALPHA_Bj blocks: where α dips below 1, block j raised that row's max and the
     sums so far were rescaled."""
+    # bars, not lines: the query rows are separate rows, with nothing between them
     running = Chart("m_j: each query row's running max after key block j",
-                    tuple(Series(f"M_B{j}", 0) for j in range(1, t + 1)), kind="line",
-                    y_title="m", cols=7, rows=12)
+                    tuple(Series(f"M_B{j}", 0) for j in range(1, t + 1)), kind="bar",
+                    x_title="query row i", y_title="m", legend_title="key block j",
+                    cols=7, rows=12)
     rescales = Chart("α_j = exp(m_{j−1} − m_j): below 1 where key block j raised the max",
-                     tuple(Series(f"ALPHA_B{j}", 0) for j in range(2, t + 1)), kind="line",
-                     y_title="α", y_range=(0, 1), cols=7, rows=12)
+                     tuple(Series(f"ALPHA_B{j}", 0) for j in range(2, t + 1)), kind="bar",
+                     x_title="query row i", y_title="α", legend_title="key block j",
+                     y_range=(0, 1), cols=7, rows=12)
     return section("The running state at a glance: m and α per query row and key block",
                    [running, *([rescales] if t > 1 else [])])
 

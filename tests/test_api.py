@@ -1,6 +1,7 @@
 """The Python API: build, check, read_blocks, reference, kinds; the notebook display; and the
 example notebook in docs/, executed as a user runs it."""
 
+import inspect
 import json
 from pathlib import Path
 
@@ -37,6 +38,28 @@ def test_read_blocks_gives_dataframes_indexed_by_tokens():
     np.testing.assert_allclose(weights.to_numpy(float), expected, rtol=1e-12)
     assert list(frames["X"].columns) == ["d1", "d2"]
     assert set(frames) == set(book.steps()) | set(TUTORIAL)
+
+
+def test_read_blocks_of_a_file_reads_its_large_inputs_as_arrays_in_one_pass(tmp_path,
+                                                                             monkeypatch):
+    """A file with input blocks past CONSTANT_BLOCK_CELLS (a real layer's weights) is read
+    as `check` reads it: one pass over each sheet's XML, those blocks as arrays, never a
+    cell object per weight; every block equals what the build computed."""
+    import workbook_builder.book.sheet_xml as sheet_xml
+
+    book = api.build("attention", tmp_path / "big.xlsx", seq_len=3, d_model=128, d_k=40,
+                     layout="blocks")
+    arrays = []
+    real_add = sheet_xml.add_constant_block
+    monkeypatch.setattr(sheet_xml, "add_constant_block",
+                        lambda ws, top, left, values, *rest: arrays.append(values.shape)
+                        or real_add(ws, top, left, values, *rest))
+    frames = api.read_blocks(str(book.path))
+    assert (128, 40) in arrays  # W_Q, W_K, W_V: 5120 cells each
+    for name, frame in api.read_blocks(book).items():
+        np.testing.assert_array_equal(frames[name].to_numpy(float), frame.to_numpy(float),
+                                      err_msg=name)
+        assert list(frames[name].index) == list(frame.index)
 
 
 def test_an_input_changed_through_the_api_is_checked_from_the_workbook():
@@ -89,6 +112,52 @@ def test_save_is_atomic_refuses_to_overwrite_and_the_file_checks(tmp_path):
 ])
 def test_errors_raise_one_type_with_the_command_lines_message(tmp_path, call, message):
     with pytest.raises(api.AttnsheetsError, match=message.replace("'", ".")) as raised:
+        call()
+    assert "\n" not in str(raised.value)
+
+
+def _takes_a_path(function) -> bool:
+    return any("Path" in str(p.annotation)
+               for p in inspect.signature(function).parameters.values())
+
+
+def test_every_api_function_taking_a_path_takes_a_str(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("roster.csv").write_text("id,name\ns1,Ann\ns2,Bo\n", encoding="utf-8")
+    kind = api.get_kind("attention")
+    params = api.resolve_params(kind, {"seq_len": 2, "d_model": 2, "d_k": 2}, {}, None)
+    api.run_class(kind, params, "roster.csv", "class", api.make_spec("WEIGHTS", None, True))
+    book = api.build("attention", "one.xlsx", seq_len=2, d_model=2, d_k=2)
+    assert api.check("one.xlsx").passed and book.path == Path("one.xlsx")
+    assert set(api.read_blocks("one.xlsx")) >= {"X", "WEIGHTS"}
+    assert api.read_spec(api.open_workbook("one.xlsx"), "one.xlsx").kind == "attention"
+    api.check_writable("new.xlsx", False)
+    assert [r.student for r in api.read_record("class")] == ["s1", "s2"]
+    assert api.grade_file("class/attention_s1.xlsx").student == "s1"
+    grades = api.grade_all(["class"], "grades.csv", False, manifest="class/manifest.json")
+    assert {g.student for g in grades if g.verified} == {"s1", "s2"}
+    assert Path("grades.csv").is_file()
+    assert api.reproduce("wo-ai-ai", "tutorial", False)
+    # and every other public function whose signature names a Path is wrapped the same way
+    exported = [getattr(api, name) for name in api.__all__]
+    unwrapped = [f.__name__ for f in exported if inspect.isfunction(f) and _takes_a_path(f)
+                 and f.__module__ != api.__name__ and not hasattr(f, "__wrapped__")]
+    assert unwrapped == []
+
+
+@pytest.mark.parametrize("call", [
+    lambda: api.read_record("no-such-folder"),
+    lambda: api.grade_all(["no-such-folder"], None, False),
+    lambda: api.read_blocks("no-such.xlsx"),
+    lambda: api.open_workbook("no-such.xlsx"),
+    lambda: api.reproduce("wo-ai-ai", "one.xlsx", False),
+    lambda: api.reproduce("no-such-tutorial", "tutorial", False),
+])
+def test_a_missing_or_wrong_path_given_as_str_raises_attnsheets_error(tmp_path, monkeypatch,
+                                                                      call):
+    monkeypatch.chdir(tmp_path)
+    Path("one.xlsx").write_text("not a folder", encoding="utf-8")
+    with pytest.raises(api.AttnsheetsError) as raised:
         call()
     assert "\n" not in str(raised.value)
 

@@ -323,7 +323,7 @@ def test_a_column_break_cuts_only_a_block_wider_than_a_page():
 @pytest.mark.parametrize("layout", ["cells", "hand"])
 def test_the_plan_decides_the_compact_layout_as_the_writer_does(layout):
     """The limits are checked on the plan: the hand example of attention (compact in
-    cells, not in hand) places every block where the plan put it."""
+    both layouts: it fits a page's width) places every block where the plan put it."""
     kind = KINDS["attention"]
     example = kind.examples["hand"]()
     params = make_params(kind, example.params)
@@ -331,7 +331,7 @@ def test_the_plan_decides_the_compact_layout_as_the_writer_does(layout):
     plan.write(kind.sections(params), {})
     book = api.build("attention", example="hand", layout=layout)
     ws = book.workbook[kind.sheet_title]
-    assert plan.compact == (layout == "cells")
+    assert plan.compact
     for name, block in plan.blocks.items():
         where = find_name(book.workbook, name, None)
         assert (where.top, where.left, where.bottom, where.right) == \

@@ -12,8 +12,11 @@ line prints.
 """
 
 import dataclasses
+import functools
 import html
 import importlib
+import inspect
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +35,7 @@ from workbook_builder.book.files import (
     save_atomic,
 )
 from workbook_builder.book.inputs import load_inputs
+from workbook_builder.book.pdfs import Handout, export_pdfs, plan_handouts
 from workbook_builder.book.workbook import BookSpec, build_workbook, read_spec
 from workbook_builder.checking.check import (
     ENGINES,
@@ -44,7 +48,11 @@ from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.models.families import KIND_FAMILIES
-from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS, set_number
+from workbook_builder.sheet.constants import (
+    CONSTANT_BLOCK_CELLS,
+    constant_block_at,
+    set_number,
+)
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.limits import (
@@ -70,7 +78,8 @@ __all__ = [
     "TUTORIALS", "ClassResult", "DemoResult", "checkpoint_inputs",
     "ExampleResult", "ExerciseSpec", "Grade", "Kind", "check_writable", "demo_plan",
     "demo_workers",
-    "export_pdf", "get_kind", "grade_all", "installed_engines", "load_inputs", "make_spec",
+    "export_pdf", "export_pdfs", "Handout", "plan_handouts", "get_kind", "grade_all",
+    "installed_engines", "load_inputs", "make_spec",
     "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
     "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
 
@@ -90,10 +99,44 @@ _ON_FIRST_USE = {
 
 
 def __getattr__(name: str) -> Any:
-    """The names of `_ON_FIRST_USE`, their module imported when first asked for."""
+    """The names of `_ON_FIRST_USE`, their module imported when first asked for (functions
+    taking paths take them as `str` too)."""
     if name not in _ON_FIRST_USE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    found = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    if inspect.isfunction(found):
+        found = _taking_str_paths(found)
+    globals()[name] = found  # asked for once
+    return found
+
+
+def _taking_str_paths(function: Callable) -> Callable:
+    """`function`, each argument annotated as a Path (or a list of them) also taken as a
+    `str` (or any `os.PathLike`), and a missing or unreadable file an `AttnsheetsError`."""
+    signature = inspect.signature(function)
+    path_params = {name: "list[" in str(param.annotation)
+                   for name, param in signature.parameters.items()
+                   if "Path" in str(param.annotation)}
+
+    @functools.wraps(function)
+    def with_paths(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        for name, is_list in path_params.items():
+            value = bound.arguments.get(name)
+            if value is None:
+                continue
+            if is_list and not isinstance(value, str | os.PathLike):
+                bound.arguments[name] = [Path(v) for v in value]
+            else:
+                bound.arguments[name] = [Path(value)] if is_list else Path(value)
+        try:
+            return function(*bound.args, **bound.kwargs)
+        except FileNotFoundError as error:
+            raise UserError(f"{error.filename}: no such file") from None
+        except (IsADirectoryError, NotADirectoryError, PermissionError) as error:
+            raise UserError(f"{error.filename}: {error.strerror}") from None
+
+    return with_paths
 
 
 # the kinds `--checkpoint` can fill
@@ -306,34 +349,40 @@ def check(path_or_book: str | Path | Book, engine: str = "formulas",
 def read_blocks(path_or_book: str | Path | Book) -> "dict[str, pd.DataFrame]":
     """Every named block (inputs and steps) as a DataFrame: row labels (tokens) as the
     index, column labels as the columns. From a file, the values it stores (as Excel,
-    LibreOffice or the build saved them); from a Book, the `formulas` engine's values."""
+    LibreOffice or the build saved them), read in one pass by the reader `check` uses (its
+    large input blocks as arrays); from a Book, the `formulas` engine's values."""
     if isinstance(path_or_book, Book):
         workbook, values = path_or_book.workbook, path_or_book.values
     else:
         path = Path(path_or_book)
-        workbook = open_workbook(path)
+        workbook = open_workbook(path, data_only=True, array_blocks=True)
         read_spec(workbook, path)  # only our workbooks
-        stored = open_workbook(path, data_only=True)
-        values = {(ws.title.upper(), r, c): ws.cell(r, c).value
-                  for ws in stored.worksheets for r, c in _named_cells(workbook, ws.title)}
+        values = {}  # the cells hold the stored values
     import pandas as pd
 
     frames = {}
     for name in sorted(workbook.defined_names):
         where = find_name(workbook, name, Path("book"))
         ws = workbook[where.sheet]
-
-        def value(i: int, j: int, where: NamedRange = where, ws=ws) -> Any:
-            key = (where.sheet.upper(), where.top + i, where.left + j)
-            got = values.get(key)
-            return ws.cell(where.top + i, where.left + j).value if got is None else got
-
         rows, cols = where.shape
         frames[name] = pd.DataFrame(
-            [[value(i, j) for j in range(cols)] for i in range(rows)],
+            _block_rows(ws, where, values),
             index=[ws.cell(where.top + i, where.left - 1).value for i in range(rows)],
             columns=[ws.cell(where.top - 1, where.left + j).value for j in range(cols)])
     return frames
+
+
+def _block_rows(ws, where: NamedRange, values: CellValues) -> "list[list[Any]] | np.ndarray":
+    """The block's cells row by row: an array block's numbers, else each cell's value
+    (the engine's value where `values` has one)."""
+    block = constant_block_at(ws, where.top, where.left, where.bottom, where.right)
+    if block is not None:  # its float array as it is, unless some cells read as ints
+        return block.rows() if block.integers.any() else block.values
+    sheet = where.sheet.upper()
+    rows = ws.iter_rows(min_row=where.top, max_row=where.bottom, min_col=where.left,
+                        max_col=where.right, values_only=True)
+    return [[value if (got := values.get((sheet, where.top + i, where.left + j))) is None
+             else got for j, value in enumerate(row)] for i, row in enumerate(rows)]
 
 
 def reference(kind: str, inputs: dict[str, Any], seed: int = 0,
@@ -344,14 +393,6 @@ def reference(kind: str, inputs: dict[str, Any], seed: int = 0,
     given = {name: np.asarray(value, dtype=float) for name, value in inputs.items()}
     params = resolve_params(kind_class, sizes, given, None)
     return expected_steps(kind_class, params, complete_inputs(kind_class, params, given, seed))
-
-
-def _named_cells(workbook: Workbook, title: str):
-    for name in workbook.defined_names:
-        where = find_name(workbook, name, Path("book"))
-        if where.sheet == title:
-            yield from ((where.top + i, where.left + j) for i in range(where.shape[0])
-                        for j in range(where.shape[1]))
 
 
 def _heatmap_html(frame: "pd.DataFrame") -> str:
@@ -368,3 +409,12 @@ def _heatmap_html(frame: "pd.DataFrame") -> str:
                 if np.isfinite(v) else "" for v in column]
 
     return numbers.style.apply(shade).format("{:.4f}", na_rep="—").to_html()
+
+
+# the machinery's path-taking functions the command line reaches through this module
+check_writable = _taking_str_paths(check_writable)
+export_pdf = _taking_str_paths(export_pdf)
+open_workbook = _taking_str_paths(open_workbook)
+read_spec = _taking_str_paths(read_spec)
+export_pdfs = _taking_str_paths(export_pdfs)
+plan_handouts = _taking_str_paths(plan_handouts)

@@ -135,7 +135,7 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
         raise UserError(f"{path} is not an .xlsx workbook")
     check_size(path)
     try:
-        wb = load_with_constant_blocks(path) if array_blocks and not data_only else \
+        wb = load_with_constant_blocks(path, data_only) if array_blocks else \
             load_workbook(path, data_only=data_only)
     except Exception as exc:  # openpyxl raises many types on damaged files
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None

@@ -308,12 +308,13 @@ _PLAIN_INLINE_TEXT = re.compile(r'(<c r="[A-Z]{1,3}\d+"(?: s="\d+")?) t="inlineS
                                 r'<is><t(?: xml:space="preserve")?>([^<]+)</t></is></c>')
 
 
-def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
+def _read_sheet(xml: str, candidates: list[_Candidate], array_results: bool = False) -> str:
     """The sheet's XML without the cells of its candidates that are plain numbers (each
     candidate's rows are read on the way), without its array formulas' stored results
-    (`_ArrayMembers`) and its merged ranges, and with plain inline text as string values."""
+    (`_ArrayMembers`; kept with `array_results`) and its merged ranges, and with plain
+    inline text as string values."""
     by_row: dict[int, list[_Candidate | _ArrayMembers]] = {}
-    arrays = _array_members(xml)
+    arrays = [] if array_results else _array_members(xml)
     for candidate in [*candidates, *arrays]:
         for row in range(candidate.top, candidate.bottom + 1):
             by_row.setdefault(row, []).append(candidate)
@@ -344,13 +345,14 @@ def _read_sheet(xml: str, candidates: list[_Candidate]) -> str:
                                   _MERGE_CELLS.sub("", "".join(kept)))
 
 
-def load_with_constant_blocks(path: Path) -> Workbook:
+def load_with_constant_blocks(path: Path, data_only: bool = False) -> Workbook:
     """The workbook at `path`, its named blocks of plain numbers as array blocks and its
     array formulas without their stored results (see the module's docstring); openpyxl's
     own load for everything else, and for all of it outside the openpyxl versions this
-    reads the internals of."""
+    reads the internals of. With `data_only`, every formula cell (array formulas' included)
+    holds its stored result instead of its formula, as `read_blocks` reads them."""
     if not OPENPYXL_SHORTCUTS:
-        return load_workbook(path)
+        return load_workbook(path, data_only=data_only)
     with zipfile.ZipFile(path) as book:
         candidates = _candidates(book)
         titles = {part: title for title, part in sheet_parts(book).items()}
@@ -360,9 +362,10 @@ def load_with_constant_blocks(path: Path) -> Workbook:
                 data = book.read(info.filename)
                 if info.filename in titles:
                     mine = [c for c in candidates if c.sheet == titles[info.filename]]
-                    data = _read_sheet(data.decode("utf-8"), mine).encode("utf-8")
+                    data = _read_sheet(data.decode("utf-8"), mine,
+                                       array_results=data_only).encode("utf-8")
                 out.writestr(info.filename, data)
-    wb = load_workbook(stripped)
+    wb = load_workbook(stripped, data_only=data_only)
     for candidate in candidates:
         if not candidate.plain or len(candidate.values) != candidate.bottom - candidate.top + 1:
             continue

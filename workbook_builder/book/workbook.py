@@ -14,13 +14,24 @@ from openpyxl.workbook.workbook import Workbook
 from workbook_builder import __version__
 from workbook_builder.engines.thirdparty import set_default_font, stored_cells
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.cells import write_text
+from workbook_builder.sheet.cells import set_text, write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import Kind, make_params
 from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT, TITLE_FONT
-from workbook_builder.sheet.printing import base_setup, set_print_layout
+from workbook_builder.sheet.printing import (
+    COMPACT_MIN_SCALE,
+    MIN_SCALE,
+    base_setup,
+    set_print_layout,
+)
 from workbook_builder.sheet.registry import get_kind
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
+from workbook_builder.teaching.exercise import (
+    EXERCISE_TOP,
+    KEY_SHEET,
+    ExerciseSpec,
+    apply_exercise,
+    exercise_rows,
+)
 from workbook_builder.teaching.i18n import catalog_for, translate_sheets
 
 ABOUT = "About"
@@ -43,19 +54,24 @@ class BookSpec:
 def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], tokens: list[str],
                    layout: str, lang: str = "en", exercise=None,
                    student: str | None = None, note: str | None = None,
-                   array_block_cells: int | None = None) -> Workbook:
+                   array_block_cells: int | None = None,
+                   student_name: str = "") -> Workbook:
     """The workbook of a kind; `note` (where the inputs came from, e.g. a checkpoint's
     layer) is written under the title and on the About sheet. Input blocks of at least
     `array_block_cells` cells are kept as arrays (`sheet/constants.py`; written by
-    `save_atomic`), not in an exercise (it edits input cells)."""
+    `save_atomic`), not in an exercise (it edits input cells). A `student`'s name and id
+    open the title and head every printed page, so each printout says whose it is."""
     tr = catalog_for(kind, lang, tokens)
     wb = new_workbook()
     ws = wb.active
     ws.title = kind.sheet_title
     sheet = sheet_writer(ws, layout)
+    sheet.tr = tr  # charts' axis and legend titles are in the sheet's language
     sheet.array_block_cells = array_block_cells if exercise is None else None
     sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
                 f"{kind.describe(params)}; layout={layout}" + (f"; {note}" if note else ""))
+    if exercise is not None:  # its instructions and self-check open the sheet
+        sheet.row = EXERCISE_TOP + exercise_rows(exercise)
     kind.lay_out(sheet, params, inputs, tokens)
     if exercise is not None:
         apply_exercise(sheet, kind, params, inputs, tokens, layout, exercise)
@@ -66,11 +82,32 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
     spec = BookSpec(kind.name, dataclasses.asdict(params), layout, tokens, lang, exercise,
                     student)
     _write_about(wb, spec, sorted(n for n in wb.defined_names), tr, note)
+    if student is not None:
+        whose = student_line(student, student_name, tr)
+        set_text(ws.cell(1, 1), f"{whose}    {ws.cell(1, 1).value}")
+    sheet.fit_text_rows()  # the heights the translated text and the student line take
+    footer = tr("page &P of &N")
     for other in wb.worksheets:
-        base_setup(other, f"attnsheets — {kind.name} — {other.title}")
+        base_setup(other, f"attnsheets — {kind.name} — {other.title}", footer)
     set_print_layout(ws, sheet.units, f"attnsheets — {kind.name} — {ws.title}",
-                     [(b.left - 1, b.right) for b in sheet.blocks.values()])
+                     [(b.left - 1, b.right) for b in sheet.blocks.values()], footer,
+                     COMPACT_MIN_SCALE if sheet.compact else MIN_SCALE)
+    if student is not None:
+        for other in wb.worksheets:
+            other.oddHeader.left.text = header_text(whose)
     return wb
+
+
+def student_line(student: str, name: str, tr=str) -> str:
+    """'Student: Ann    ID: s01' in the sheet's language (the id alone without a name)."""
+    said_id = f"{tr('ID')}: {student}"
+    return f"{tr('Student')}: {name}    {said_id}" if name else said_id
+
+
+def header_text(text: str) -> str:
+    """`text` as a page header section prints it: `&` starts a code there, so it is
+    doubled; Excel takes at most 255 characters for the whole header."""
+    return text.replace("&", "&&")[:120]
 
 
 def new_workbook() -> Workbook:

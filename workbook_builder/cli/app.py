@@ -16,15 +16,13 @@ from workbook_builder.api import (
     ENGINES,
     LAYOUTS,
     AttnsheetsError,
-    check_writable,
-    export_pdf,
+    export_pdfs,
     get_kind,
     installed_engines,
     kinds,
     load_inputs,
-    open_workbook,
     parse_tokens,
-    read_spec,
+    plan_handouts,
 )
 from workbook_builder.cli.params import (
     add_checkpoint_flags,
@@ -171,12 +169,18 @@ def _parser(argv: list[str] | None = None) -> Parser:
     check.add_argument("-q", "--quiet", action="store_true",
                        help="no progress line on the terminal")
 
-    pdf = commands.add_parser("pdf", help="export a workbook to a printable PDF "
+    pdf = commands.add_parser("pdf", help="export workbooks to printable PDFs "
                               "(needs LibreOffice)")
-    pdf.add_argument("file", type=Path, metavar="FILE")
+    pdf.add_argument("files", nargs="+", type=Path, metavar="FILE",
+                     help="workbooks or folders (a class's folder: its exercises in roster "
+                     "order); each gets its PDF beside it")
     pdf.add_argument("-o", "--output", type=Path, metavar="OUT.pdf",
-                     help="default: FILE with .pdf")
+                     help="the PDF of a single workbook (default: FILE with .pdf)")
+    pdf.add_argument("--combined", type=Path, metavar="ALL.pdf",
+                     help="also one PDF of every workbook, in order (needs pdfunite)")
     pdf.add_argument("--force", action="store_true", help="replace an existing PDF")
+    pdf.add_argument("-q", "--quiet", action="store_true",
+                     help="no progress line on the terminal")
 
     demo = commands.add_parser("demo", help="build and check a demo workbook of every kind")
     demo.add_argument("--out", type=Path, default=Path("demo"), metavar="DIR",
@@ -262,11 +266,17 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_pdf(args) -> int:
-    spec = read_spec(open_workbook(args.file), args.file)  # only our workbooks
-    output = args.output or args.file.with_suffix(".pdf")
-    check_writable(output, args.force, ".pdf")
-    export_pdf(args.file, output, args.force, spec.lang)
-    print(f"wrote {output}")
+    progress = Progress(args.quiet)
+    handouts = plan_handouts(args.files, args.output)  # only our workbooks
+    try:
+        export_pdfs(handouts, args.force, args.combined,
+                    lambda done, total: progress(f"printing: {done}/{total} PDFs"))
+    finally:
+        progress.clear()
+    for handout in handouts:
+        print(f"wrote {handout.pdf}")
+    if args.combined is not None:
+        print(f"wrote {args.combined} ({len(handouts)} workbooks)")
     return EXIT_OK
 
 

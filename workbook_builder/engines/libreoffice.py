@@ -10,6 +10,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from workbook_builder.engines.cached_values import trimmed_copy
@@ -45,14 +47,26 @@ def require_installed(path: str | None, title: str, install: str) -> str:
 
 
 def run_program(command: list[str], title: str, timeout: float,
+                while_running: Callable[[], None] | None = None,
                 **options) -> subprocess.CompletedProcess:
-    """Run an office program in its own process group and wait for it; if the wait ends
-    any other way (timeout, Ctrl-C, SIGTERM) the whole group is killed first, so no helper
-    process outlives us or keeps writing into a temporary folder being removed."""
+    """Run an office program in its own process group and wait for it (calling
+    `while_running` about every half second meanwhile); if the wait ends any other way
+    (timeout, Ctrl-C, SIGTERM) the whole group is killed first, so no helper process
+    outlives us or keeps writing into a temporary folder being removed."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True, **options)
+    deadline = time.monotonic() + timeout
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        while True:
+            try:
+                wait = timeout if while_running is None else 0.5
+                stdout, stderr = process.communicate(
+                    timeout=max(0.01, min(wait, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+                while_running()
     except BaseException as exc:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -69,8 +83,10 @@ def convert(path: Path, target_format: str, outdir: Path) -> Path:
     return convert_many([path], target_format, outdir)[0]
 
 
-def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Path]:
-    """`convert` for several files in one LibreOffice start (start-up dominates)."""
+def convert_many(paths: list[Path], target_format: str, outdir: Path,
+                 progress: Callable[[int], None] | None = None) -> list[Path]:
+    """`convert` for several files in one LibreOffice start (start-up dominates);
+    `progress` hears how many are done while it runs (their stems must differ)."""
     soffice = require_installed(soffice_path(), "LibreOffice", INSTALL_HINT)
     with tempfile.TemporaryDirectory(prefix="attnsheets-lo-") as profile:
         user = Path(profile) / "user"
@@ -80,11 +96,16 @@ def convert_many(paths: list[Path], target_format: str, outdir: Path) -> list[Pa
                    f"-env:UserInstallation={Path(profile).as_uri()}",
                    "--convert-to", target_format, "--outdir", str(outdir),
                    *map(str, paths)]
+        results = [outdir / f"{path.stem}.{target_format}" for path in paths]
+
+        def count_done() -> None:
+            if progress is not None:
+                progress(sum(result.exists() for result in results))
+
         # its own temporary files (lu….tmp) in the profile too: removed with it, even
         # after a signal stopped it before it could remove them
-        done = run_program(command, "LibreOffice", TIMEOUT_S,
-                           env={**os.environ, "HOME": profile, "TMPDIR": profile})
-    results = [outdir / f"{path.stem}.{target_format}" for path in paths]
+        done = run_program(command, "LibreOffice", TIMEOUT_S * max(1, len(paths) // 10),
+                           count_done, env={**os.environ, "HOME": profile, "TMPDIR": profile})
     for path, result in zip(paths, results, strict=True):
         if not result.exists():  # soffice exits 0 even when it converts nothing
             detail = (done.stderr or done.stdout).strip().splitlines()

@@ -447,8 +447,9 @@ class Chart:
     """A chart in a band, beside the blocks it reads. `kind` "scatter" plots the series
     against numeric labels (e.g. widths), "line" against labels as categories (e.g. the
     keys of a row of weights), "bar" as clustered columns over the categories. `title`
-    sits in the cell above the chart, so it is translated with the sheet; axis titles are
-    symbols and stay as written. The chart takes `cols` × `rows` cells of the band;
+    sits in the cell above the chart, so it is translated with the sheet, as are the axis
+    titles and `legend_title` (what the series, each a colour, are: e.g. the queries), by
+    the sheet's catalog. The chart takes `cols` × `rows` cells of the band;
     `log_x` is a base for a logarithmic x axis (scatter only); `y_range` fixes the y axis
     (weights: 0 to 1), else it follows the values."""
 
@@ -457,6 +458,7 @@ class Chart:
     kind: str = "scatter"
     x_title: str = ""
     y_title: str = ""
+    legend_title: str = ""
     log_x: int | None = None
     y_range: tuple[float, float] | None = None
     cols: int = 9

@@ -27,7 +27,6 @@ from openpyxl.styles import Font, PatternFill
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.declare import Env, Formula, Input, MatMul, MatMulT, Step, text_of
 from workbook_builder.sheet.layout import (
-    COMPACT_ROWS,
     COMPACT_WIDTH,
     NUMBER_FORMAT,
     SheetPlan,
@@ -154,7 +153,7 @@ class _CompactByHandPlan:
             return False
 
     def _compact_plan(self) -> SheetPlan:
-        plan = HandPlan(self.params, self.label_sets, COMPACT_ROWS, COMPACT_WIDTH)
+        plan = HandPlan(self.params, self.label_sets, None, COMPACT_WIDTH)
         plan.compact, plan.max_width = True, COMPACT_WIDTH
         return plan
 

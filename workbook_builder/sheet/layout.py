@@ -25,7 +25,7 @@ between live copies of its operands.
 """
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 
 import numpy as np
@@ -33,8 +33,11 @@ from openpyxl.cell.cell import Cell
 from openpyxl.chart import BarChart, LineChart, ScatterChart
 from openpyxl.chart import Series as ChartData
 from openpyxl.chart.data_source import AxDataSource
+from openpyxl.chart.layout import Layout, ManualLayout
 from openpyxl.chart.series import SeriesLabel, StrRef
 from openpyxl.comments import Comment
+from openpyxl.drawing.spreadsheet_drawing import AnchorMarker, TwoCellAnchor
+from openpyxl.drawing.text import CharacterProperties, ParagraphProperties
 from openpyxl.formatting.rule import ColorScaleRule, Rule
 from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from openpyxl.styles.differential import DifferentialStyle
@@ -149,6 +152,7 @@ class SheetWriter:
         self._titles: list[tuple[int, str, bool]] = []  # the line's (column, title, bold)
         self._pending_title: tuple[str, bool] | None = None
         self._shaded_masks: set[str] = set()
+        self.tr: Callable[[str], str] = str  # the sheet's language, for chart titles
 
     @property
     def header_rows(self) -> int:
@@ -170,6 +174,10 @@ class SheetWriter:
         self._glue(self.row)
         self._text_rows.append(self.row)
         self.row += 1
+
+    def wrap_text_row(self, row: int) -> None:
+        """Wrap the prose in column A of `row` across its unit's width at `finish`."""
+        self._text_rows.append(row)
 
     def _glue(self, row: int) -> None:
         """Keep text lines from `row` on with the unit that follows them."""
@@ -241,18 +249,19 @@ class SheetWriter:
         self._end_band()
 
     def compact_fits(self, sections: Iterable[Section]) -> bool:
-        """Whether the compact layout of `sections` fits one landscape page: planned with
-        no cell written, stopped as soon as it grows past COMPACT_ROWS rows or
+        """Whether the compact layout of `sections` fits the width of one landscape page
+        (its lines then fill the pages one after the other, a page break between lines):
+        planned with no cell written, stopped as soon as a block is wider than
         COMPACT_WIDTH columns."""
         plan = self._compact_plan()
         try:
             plan._write_compact(sections, {})
         except PlanBeyond:
             return False
-        return plan.bottom <= COMPACT_ROWS and plan.right <= COMPACT_WIDTH
+        return plan.right <= COMPACT_WIDTH
 
     def _compact_plan(self) -> "SheetPlan":
-        plan = SheetPlan(self.params, self.label_sets, COMPACT_ROWS, COMPACT_WIDTH)
+        plan = SheetPlan(self.params, self.label_sets, None, COMPACT_WIDTH)
         plan.compact, plan.max_width = True, COMPACT_WIDTH
         return plan
 
@@ -445,8 +454,10 @@ class SheetWriter:
         drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
         if chart.kind == "scatter":  # the schema requires a style: lines and markers
             drawn.scatterStyle = "lineMarker"
-        drawn.x_axis.title = chart.x_title or None
-        drawn.y_axis.title = chart.y_title or None
+        drawn.x_axis.title = self.tr(chart.x_title) if chart.x_title else None
+        drawn.y_axis.title = self.tr(chart.y_title) if chart.y_title else None
+        if chart.legend_title:
+            _legend_title(drawn, self.tr(chart.legend_title))
         drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
         drawn.x_axis.axPos = "b"
         if chart.log_x is not None:
@@ -457,11 +468,13 @@ class SheetWriter:
         drawn.y_axis.number_format = "General"  # not the cells' four decimals
         for one in series:
             drawn.series.append(self._chart_data(one, chart.kind))
-        # a row in cm; a compact chart a little shorter than its rows, so that no edge of
-        # it spills over a page break under them
-        row_cm = 0.53 * (0.95 * COMPACT_ROW_PT / 15.0 if self.compact else 1)
-        drawn.width, drawn.height = cols * 1.8, rows * row_cm  # as the cells
-        self.ws.add_chart(drawn, cell_ref(top + 1, left))
+        # anchored to its cells, corner to corner: whatever height its rows take (a
+        # translated line, a compact row), the chart stays inside them, so a page break,
+        # which falls only between units, never cuts it, and the print area holds it
+        drawn.anchor = TwoCellAnchor(editAs="twoCell",
+                                     _from=AnchorMarker(col=left - 1, row=top),
+                                     to=AnchorMarker(col=left - 1 + cols, row=top + rows))
+        self.ws.add_chart(drawn)
 
     def _chart_size(self, chart: Chart) -> tuple[int, int]:
         """Columns and rows of the chart (smaller in a compact line)."""
@@ -645,6 +658,7 @@ class SheetWriter:
     def _wrap_text_rows(self) -> None:
         """Each line of prose wrapped within its unit's columns (never printed past the
         page's right edge), its row as tall as the lines it takes."""
+        self._text_columns: dict[int, int] = {}
         for row in self._text_rows:
             unit = next((u for u in self.units if u.top <= row <= u.bottom), None)
             cell = self.ws.cell(row, self.margin)
@@ -654,10 +668,45 @@ class SheetWriter:
             self.ws.merge_cells(start_row=row, start_column=self.margin, end_row=row,
                                 end_column=right)
             cell.alignment = Alignment(wrap_text=True, vertical="top")
+            self._text_columns[row] = right - self.margin + 1
+        self.fit_text_rows()
+
+    def fit_text_rows(self) -> None:
+        """Each wrapped prose row as tall as its text now takes (again after the text is
+        translated: Chinese glyphs are taller and wider than the English they replace)."""
+        for row, columns in getattr(self, "_text_columns", {}).items():
+            cell = self.ws.cell(row, self.margin)
+            if not isinstance(cell.value, str):
+                continue
             size = cell.font.sz or FONT_PT
-            lines = wrapped_lines(cell.value, right - self.margin + 1, size)
-            if lines > 1:
-                self.ws.row_dimensions[row].height = lines * size * 1.3
+            lines = wrapped_lines(cell.value, columns, size)
+            cjk = _has_cjk(cell.value)  # a CJK line prints about 1.6 of its font size high
+            height = lines * size * (1.7 if cjk else 1.3)
+            if lines > 1 or (cjk and height > 15.0):  # 15 pt: a default row
+                self.ws.row_dimensions[row].height = round(height, 2)
+
+
+def _has_cjk(text: str) -> bool:
+    return any(ord(ch) > 0x2E80 for ch in text)
+
+
+def _sized(title, size: int) -> None:
+    """A chart or axis title in bold of `size` hundredths of a point."""
+    for paragraph in title.tx.rich.p:
+        paragraph.pPr = ParagraphProperties(defRPr=CharacterProperties(sz=size, b=True))
+        for piece in paragraph.r or []:
+            piece.rPr = CharacterProperties(sz=size, b=True)
+
+
+def _legend_title(drawn, text: str) -> None:
+    """A title over the chart's legend (the file format has no legend title): the chart's
+    own title, small, set at the top right above the legend, which sits on the right."""
+    drawn.legend.position = "r"
+    drawn.title = text
+    drawn.title.overlay = True  # over the plot's top right corner, taking no height of it
+    _sized(drawn.title, 1000)  # 10 pt: 8 pt or more at the smallest print scale
+    drawn.title.layout = Layout(manualLayout=ManualLayout(x=0.78, y=0.02, xMode="edge",
+                                                          yMode="edge"))
 
 
 def wrapped_lines(text: str, columns: int, size: float) -> int:

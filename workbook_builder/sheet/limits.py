@@ -51,8 +51,8 @@ def plan_extent(kind, params, labels: list[str], exercise=None,
     plan = _plan(kind, params, labels, layout, EXCEL_ROWS, EXCEL_COLS,
                  None if max_cells is None else max_cells // copies)
     rows, cols = plan.bottom, plan.right
-    if exercise is not None:
-        rows = max(rows, plan.row + 3 + len(exercise.steps))
+    if exercise is not None:  # the instructions and self-check table above the blocks
+        rows += 5 + len(exercise.steps)
         cols = max([cols] + [plan.blocks[s].right + 1 for s in exercise.steps
                              if s in plan.blocks])
     return Extent(rows, cols, plan.cells * copies)

@@ -22,11 +22,13 @@ FONT_PT = 10
 EXPLANATION_PT = 9
 MIN_PRINTED_PT = 8.0
 MIN_SCALE = int(-(-100 * MIN_PRINTED_PT // EXPLANATION_PT))  # 89 %: 9 pt prints at 8 pt
+COMPACT_MIN_SCALE = int(-(-100 * MIN_PRINTED_PT // FONT_PT))  # 80 %: 10 pt prints at 8 pt
 ROW_PT = 15.0  # a row of default height, as the file records it
 
 # A4 in points, with the margins set below (inches, as the file stores them)
 PAGE = {"landscape": (842.0, 595.0), "portrait": (595.0, 842.0)}
 SIDE_IN, TOP_IN, HEADER_IN = 0.4, 0.6, 0.3
+PAGE_FOOTER = "page &P of &N"
 
 
 @dataclass(frozen=True)
@@ -56,13 +58,15 @@ def printable(orientation: str) -> tuple[float, float]:
 
 
 def plan_pages(ws: Worksheet, units: list[PrintUnit],
-               spans: Sequence[tuple[int, int]] = ()) -> tuple[str, int, list[int], list[int]]:
+               spans: Sequence[tuple[int, int]] = (),
+               min_scale: int = MIN_SCALE) -> tuple[str, int, list[int], list[int]]:
     """(orientation, scale %, rows after which a page ends, columns after which a page
     ends) for `units`: as large as fits one page width, or the whole sheet on one page
     where that takes a scale still at MIN_SCALE or more, never under MIN_SCALE; row breaks
     packed greedily between units; column breaks only where a unit is wider than a page
     even at MIN_SCALE, never inside a block's column span (first, last) that fits a page
-    where another column will do."""
+    where another column will do. A sheet printing no text under FONT_PT (a compact one:
+    its explanations are notes) may go down to `min_scale` = COMPACT_MIN_SCALE instead."""
     right = max((u.right for u in units), default=1)
     widths = [column_pt(ws, c) for c in range(1, right + 1)]
     content = sum(widths)
@@ -70,9 +74,9 @@ def plan_pages(ws: Worksheet, units: list[PrintUnit],
     tall = sum(row_pt(ws, r) for u in units for r in range(u.top, u.bottom + 1)) > content
     orientation = "portrait" if content <= portrait_w and tall else "landscape"
     page_w, page_h = printable(orientation)
-    scale = max(MIN_SCALE, min(100, int(100 * page_w / content)))
+    scale = max(min_scale, min(100, int(100 * page_w / content)))
     height = sum(row_pt(ws, r) for r in range(1, units[-1].bottom + 1)) if units else 0.0
-    if height * scale / 100 > page_h * 0.95 >= height * MIN_SCALE / 100:
+    if height * scale / 100 > page_h * 0.95 >= height * min_scale / 100:
         scale = int(100 * page_h * 0.95 / height)  # smaller, to print on one page
     # sheet points per page; a row's drawn height varies a little between applications
     fit_w, fit_h = page_w * 100 / scale, page_h * 100 / scale * 0.95
@@ -113,13 +117,14 @@ def _column_breaks(widths: list[float], fit_w: float, unsafe: set[int]) -> list[
 
 
 def set_print_layout(ws: Worksheet, units: list[PrintUnit], title: str,
-                     spans: Sequence[tuple[int, int]] = ()) -> None:
+                     spans: Sequence[tuple[int, int]] = (),
+                     footer: str = PAGE_FOOTER, min_scale: int = MIN_SCALE) -> None:
     """Print setup of a block sheet: its print area, breaks and scale (`plan_pages`),
     the title in the header and page numbers in the footer, no gridlines or headings."""
-    base_setup(ws, title)
+    base_setup(ws, title, footer)
     if not units:
         return
-    orientation, scale, rows, cols = plan_pages(ws, units, spans)
+    orientation, scale, rows, cols = plan_pages(ws, units, spans, min_scale)
     ws.page_setup.orientation = orientation
     ws.page_setup.scale = scale
     for row in rows:
@@ -132,8 +137,9 @@ def set_print_layout(ws: Worksheet, units: list[PrintUnit], title: str,
     ws.print_area = f"A1:{cell_ref(max(u.bottom for u in units), right)}"
 
 
-def base_setup(ws: Worksheet, title: str) -> None:
-    """A4, margins, header and footer, no printed gridlines or row/column headings."""
+def base_setup(ws: Worksheet, title: str, footer: str = PAGE_FOOTER) -> None:
+    """A4, margins, header and footer (`&P` the page, `&N` the pages), no printed gridlines
+    or row/column headings."""
     ws.page_setup.paperSize = ws.PAPERSIZE_A4
     ws.sheet_properties.pageSetUpPr.fitToPage = False
     ws.row_breaks, ws.col_breaks = RowBreak(), ColBreak()
@@ -143,4 +149,4 @@ def base_setup(ws: Worksheet, title: str) -> None:
     ws.print_options.gridLines = False
     ws.print_options.headings = False
     ws.oddHeader.center.text = title
-    ws.oddFooter.center.text = "page &P of &N"
+    ws.oddFooter.center.text = footer

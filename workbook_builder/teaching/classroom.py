@@ -242,7 +242,8 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
             for edition, name in ((editions["exercise"], exercise_name),
                                   (editions["key"], key_name)):
                 wb = build_workbook(kind, params, inputs, labels, layout, lang=lang,
-                                    exercise=edition.exercise, student=student.id, note=note)
+                                    exercise=edition.exercise, student=student.id, note=note,
+                                    student_name=student.name)
                 values = edition.write(wb, _input_blocks(wb, kind, params, inputs),
                                        staging / name, Path(workdir))
                 problems += [f"{name}: {p}" for p in

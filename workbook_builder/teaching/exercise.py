@@ -92,33 +92,51 @@ def _number(x: float) -> str:
     return text if "e" not in text else f"{x:.6E}"
 
 
+# the instructions and the self-check table open the sheet, under its title (rows 1-3),
+# so that they print on page 1; the blocks start below them
+EXERCISE_TOP = 4
+COUNT_COL = 4  # the self-check table's "correct" column
+
+
+def exercise_rows(spec: ExerciseSpec) -> int:
+    """Rows the instructions and the self-check table take, with a blank row under them."""
+    return 1 + (3 + len(spec.steps) if spec.self_check else 0) + 1
+
+
 def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str,
                    spec: ExerciseSpec) -> None:
-    """Blank the exercise steps on `sheet` and add the hidden key and self-checks."""
+    """Blank the exercise steps on `sheet` (laid out from row EXERCISE_TOP +
+    exercise_rows(spec) on) and add the instructions, the hidden key and self-checks
+    above them."""
     validate_steps(kind, params, spec)
     ws, wb = sheet.ws, sheet.ws.parent
     write_text(ws, 3, 1, sheet.legend + ANSWER_LEGEND)
     key = None
     if spec.self_check:
         key = sheet_writer(wb.create_sheet(KEY_SHEET), layout)
+        key.row = EXERCISE_TOP + exercise_rows(spec)  # each block where the sheet has it
         key.name_blocks, key.linked_inputs = False, dict(sheet.blocks)
         key.title(f"{kind.sheet_title}: answer key")
         kind.lay_out(key, params, inputs, tokens)
         key.ws.sheet_state = "veryHidden"
     for step in spec.steps:
         _blank(ws, sheet.blocks[step])
-    row = sheet.row
+    row = EXERCISE_TOP
     write_text(ws, row, 1, "Exercise: replace the #N/A in each green cell with a number or a "
                     "formula; later steps use your entries (and show #N/A until then)."
             ).font = BOLD_FONT
+    sheet.wrap_text_row(row)
     if key is None:
         return
     tol = _number(spec.tolerance)
     row += 1
     write_text(ws, row, 1, f"Self-check (a cell is correct within ±{spec.tolerance:g})").font = \
         BOLD_FONT
+    sheet.wrap_text_row(row)
     write_text(ws, row + 1, 1, "✓ = row correct, ✗ = not yet").font = LABEL_FONT
-    for j, header in enumerate(("step", "correct", "of"), start=1):
+    # the counts three columns right: a step's name has room to show whole before them
+    for j, header in zip((1, COUNT_COL, COUNT_COL + 1), ("step", "correct", "of"),
+                         strict=True):
         write_text(ws, row + 2, j, header).font = LABEL_FONT
     for n, step in enumerate(spec.steps):
         mine, answer = sheet.blocks[step], key.blocks[step]
@@ -128,11 +146,11 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
                                           f'{mine.cols},"✓","✗")')
         r = row + 3 + n
         write_text(ws, r, 1, step).font = NAME_FONT
-        count = cell_ref(r, 2)
+        count = cell_ref(r, COUNT_COL)
         ws[count] = ArrayFormula(count, f"={_count(mine, answer, tol)}")
-        ws.cell(r, 3, mine.rows * mine.cols)
-        wb.defined_names[f"CHECK_{step}"] = DefinedName(
-            f"CHECK_{step}", attr_text=f"{quote_sheet(ws.title)}!{cell_ref(r, 2, True, True)}")
+        ws.cell(r, COUNT_COL + 1, mine.rows * mine.cols)
+        where = f"{quote_sheet(ws.title)}!{cell_ref(r, COUNT_COL, True, True)}"
+        wb.defined_names[f"CHECK_{step}"] = DefinedName(f"CHECK_{step}", attr_text=where)
 
 
 def _blank(ws, block: Block) -> None:

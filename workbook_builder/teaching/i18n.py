@@ -92,6 +92,16 @@ SHARED: Table = {"zh": {
     "re-derives every step from the inputs held here now.":
         "黄色单元格是输入：修改后公式会自动重算。`attnsheets check` 会根据当前保存的输入"
         "重新推导每一步。",
+    # chart axis and legend titles (sheets/_bands.py, sheets/flash.py)
+    "keys j": "键 j",
+    "weight A_ij": "权重 A_ij",
+    "query i": "查询 i",
+    "query row i": "查询行 i",
+    "key block j": "键块 j",
+    # page footer and the student line of a class's workbooks (book/workbook.py)
+    "page &P of &N": "第 &P 页，共 &N 页",
+    "Student": "学生",
+    "ID": "学号",
     # exercises (workbook_builder/exercise.py)
     "Exercise: replace the #N/A in each green cell with a number or a formula; later steps "
     "use your entries (and show #N/A until then).":

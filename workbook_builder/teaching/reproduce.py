@@ -103,6 +103,8 @@ class ExampleResult:
 def reproduce(name: str, out: Path, force: bool) -> list[ExampleResult]:
     """Write each example's workbook (with its Tutorial sheet) and check it; the values the
     build computed are the ones checked."""
+    if name not in TUTORIALS:
+        raise UserError(f"no tutorial {name!r}; the tutorials are {', '.join(TUTORIALS)}")
     tutorial = TUTORIALS[name]
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
