@@ -14,6 +14,7 @@ from conftest import KINDS, cli, fill
 from workbook_builder import api
 from workbook_builder.checking.names import find_name
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.teaching.exercise import KEY_SHEET
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 PARAMS = {"seq_len": 3, "d_model": 2, "d_k": 2}
@@ -33,14 +34,15 @@ def answers_of(out: Path, student: str) -> dict[str, np.ndarray]:
 
 def answer_with_formulas(out: Path, student: str, target: Path) -> Path:
     """The exercise answered as a student who computes: each answer cell holds the formula
-    the answer key has there (reading the sheet's earlier steps)."""
-    key = openpyxl.load_workbook(out / f"attention_{student}_key.xlsx")
+    the exercise's hidden key has there (the key lays every block where the sheet has it,
+    so the formula reads the sheet's earlier steps)."""
     wb = openpyxl.load_workbook(out / f"attention_{student}.xlsx")
+    key = wb[KEY_SHEET]
     for step in STEPS:
         where = find_name(wb, step, target)
         for i in range(where.shape[0]):
             for j in range(where.shape[1]):
-                formula = key[where.sheet].cell(where.top + i, where.left + j).value
+                formula = key.cell(where.top + i, where.left + j).value
                 assert isinstance(formula, str) and formula.startswith("=")
                 wb[where.sheet].cell(where.top + i, where.left + j).value = formula
     wb.save(target)

@@ -18,6 +18,7 @@ from workbook_builder.sheet.cells import set_text, write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import Kind, make_params
 from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT, TITLE_FONT
+from workbook_builder.sheet.limits import EXERCISE_TOP, exercise_rows
 from workbook_builder.sheet.printing import (
     COMPACT_MIN_SCALE,
     MIN_SCALE,
@@ -25,13 +26,7 @@ from workbook_builder.sheet.printing import (
     set_print_layout,
 )
 from workbook_builder.sheet.registry import get_kind
-from workbook_builder.teaching.exercise import (
-    EXERCISE_TOP,
-    KEY_SHEET,
-    ExerciseSpec,
-    apply_exercise,
-    exercise_rows,
-)
+from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
 from workbook_builder.teaching.i18n import catalog_for, translate_sheets
 
 ABOUT = "About"

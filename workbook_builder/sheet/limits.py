@@ -31,6 +31,18 @@ MAX_WORKBOOK_BYTES = 200 * 2**20   # a workbook's parts, uncompressed, that chec
 MAX_FORMULA_CHARS = 1_024
 
 
+# an exercise's instructions and self-check table open the sheet, under its title (rows
+# 1-3), so that they print on page 1; the blocks start below them
+EXERCISE_TOP = 4
+COUNT_COL = 4  # the self-check table's "correct" column
+
+
+def exercise_rows(exercise) -> int:
+    """Rows an exercise's instructions and self-check table take, with a blank row under
+    them."""
+    return 1 + (3 + len(exercise.steps) if exercise.self_check else 0) + 1
+
+
 @dataclasses.dataclass(frozen=True)
 class Extent:
     """What a build would write: its sheet's last row and column and its data cells."""
@@ -58,10 +70,14 @@ def plan_extent(kind, params, labels: list[str], exercise=None,
     return Extent(rows, cols, plan.cells * copies)
 
 
-def _plan(kind, params, labels: list[str], layout: str, *limits: int | None) -> SheetPlan:
+def _plan(kind, params, labels: list[str], layout: str, *limits: int | None,
+          first_row: int | None = None) -> SheetPlan:
     """The writer's placement of the kind's sheet, no cell written (`limits`: SheetPlan's
-    max_rows, max_cols and max_cells)."""
+    max_rows, max_cols and max_cells; `first_row`: where the blocks start, below an
+    exercise's instructions)."""
     plan = plan_for(layout)(params, kind.label_sets(params, labels), *limits)
+    if first_row is not None:
+        plan.row = first_row
     plan.write(kind.sections(params), {})
     return plan
 
@@ -73,16 +89,17 @@ def planned_places(kind, params, layout: str, exercise=None,
     self-check, each CHECK_<STEP> cell of the table under the blocks. `check` and `grade`
     hold a file's names to it, as the size plan (`plan_extent`) does not need to."""
     labels = kind.labels(params, None) if labels is None else labels  # places not texts
-    plan = _plan(kind, params, labels, layout)
+    first_row = None if exercise is None else EXERCISE_TOP + exercise_rows(exercise)
+    plan = _plan(kind, params, labels, layout, first_row=first_row)
     sheet = kind.sheet_title
     places = {name: dataclasses.replace(block, sheet=sheet)
               for name, block in plan.blocks.items()}
     if exercise is not None and exercise.self_check:
         # apply_exercise: a line of instructions, the self-check's title, legend and
-        # header, then one row per step with the count in column B
+        # header, then one row per step with its count in COUNT_COL
         for n, step in enumerate(exercise.steps):
             name = f"CHECK_{step}"
-            places[name] = Block(name, sheet, plan.row + 4 + n, 2, 1, 1)
+            places[name] = Block(name, sheet, EXERCISE_TOP + 4 + n, COUNT_COL, 1, 1)
     return places
 
 

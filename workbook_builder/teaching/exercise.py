@@ -29,6 +29,7 @@ from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.layout import BOLD_FONT, LABEL_FONT, NAME_FONT, SheetWriter
+from workbook_builder.sheet.limits import COUNT_COL, EXERCISE_TOP, exercise_rows
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
 
 KEY_SHEET = "Key"
@@ -90,17 +91,6 @@ def _number(x: float) -> str:
     """A literal every engine parses (the `formulas` engine wants a signed exponent)."""
     text = repr(float(x))
     return text if "e" not in text else f"{x:.6E}"
-
-
-# the instructions and the self-check table open the sheet, under its title (rows 1-3),
-# so that they print on page 1; the blocks start below them
-EXERCISE_TOP = 4
-COUNT_COL = 4  # the self-check table's "correct" column
-
-
-def exercise_rows(spec: ExerciseSpec) -> int:
-    """Rows the instructions and the self-check table take, with a blank row under them."""
-    return 1 + (3 + len(spec.steps) if spec.self_check else 0) + 1
 
 
 def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str,

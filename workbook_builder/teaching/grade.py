@@ -168,12 +168,13 @@ class _Returned:
             value = self.evaluated().get((sheet.upper(), row, col))
         return value
 
-    def inputs(self, kind, params, layout: str) -> dict[str, np.ndarray]:
-        """The input blocks where the layout puts them."""
+    def inputs(self, kind, params, layout: str,
+               exercise: ExerciseSpec | None = None) -> dict[str, np.ndarray]:
+        """The input blocks where the layout puts them (below an exercise's instructions)."""
         return read_inputs(self.wb, kind, params, self.path,
                            self.evaluated if self.saved is None else
                            lambda: _saved_or_evaluated(self.saved, self.evaluated),
-                           self.placement(kind, params, layout).places)
+                           self.placement(kind, params, layout, exercise).places)
 
     def score(self, where: NamedRange, answer: np.ndarray,
               tolerance: float) -> tuple[int, int, int]:
@@ -205,7 +206,8 @@ def _grade(returned: _Returned, grade: Grade) -> None:
                         f"key?)")
     kind, params = spec_kind_params(spec)
     with np.errstate(all="ignore"):  # edited inputs may overflow: scored, not warned
-        expected = kind.reference(returned.inputs(kind, params, spec.layout), params)
+        expected = kind.reference(returned.inputs(kind, params, spec.layout, spec.exercise),
+                                  params)
     placement = returned.placement(kind, params, spec.layout, spec.exercise)
     grade.changes += _placement_changes(placement)
     for step in spec.exercise.steps:
@@ -257,8 +259,7 @@ def _grade_from_record(returned: _Returned, grade: Grade,
         changes.append(f"inputs are those of student {holder.student}")
         grade.inputs_of = holder.student
     changes += _about_changes(returned, record)
-    placement = returned.placement(kind, params, record.layout,
-                                   ExerciseSpec(record.steps, record.tolerance))
+    placement = returned.placement(kind, params, record.layout, record.exercise())
     changes += _placement_changes(placement)
     expected = kind.reference(recorded, params)
     for step in record.steps:
@@ -278,7 +279,7 @@ def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
             continue
         tried.append((record.kind, record.params))
         try:
-            inputs = returned.inputs(*record.kind_params(), record.layout)
+            inputs = returned.inputs(*record.kind_params(), record.layout, record.exercise())
         except UserError:
             continue
         return inputs, inputs_digest(inputs)

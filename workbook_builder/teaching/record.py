@@ -58,8 +58,14 @@ class StudentRecord:
     steps: tuple[str, ...]
     tolerance: float
     inputs_sha256: str
+    # whether the exercise has its self-check table (it sets where the blocks start);
+    # manifests written before it was recorded always had one
+    self_check: bool = True
     # the inputs every student shares, from SHARED (not in the JSON)
     shared: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
+
+    def exercise(self) -> ExerciseSpec:
+        return ExerciseSpec(self.steps, self.tolerance, self.self_check)
 
     def kind_params(self):
         kind = get_kind(self.kind)
@@ -82,7 +88,7 @@ def student_record(student: str, name: str, file: str, key_file: str, seed: int,
                    inputs: dict[str, np.ndarray]) -> StudentRecord:
     return StudentRecord(student, name, file, key_file, seed, kind, params, layout,
                          list(tokens), tuple(exercise.steps), exercise.tolerance,
-                         inputs_digest(inputs))
+                         inputs_digest(inputs), exercise.self_check)
 
 
 def write_record(path: Path, students: list[StudentRecord],
@@ -139,7 +145,8 @@ def read_record(path: Path) -> list[StudentRecord]:
     try:
         students = [StudentRecord(**{**entry, "steps": tuple(entry["steps"]),
                                      "seed": int(entry["seed"]),
-                                     "tolerance": float(entry["tolerance"])})
+                                     "tolerance": float(entry["tolerance"]),
+                                     "self_check": entry.get("self_check", True) is True})
                     for entry in data["students"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{path}: a student entry of the manifest is damaged ({exc})") \
