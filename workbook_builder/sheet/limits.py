@@ -8,6 +8,7 @@ after minutes of building and gigabytes of memory.
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -274,9 +275,12 @@ def check_names(wb, path) -> None:
     gigabytes."""
     held: dict[str, int] = {}
     for name, defined in wb.defined_names.items():
+        if not (defined.attr_text or "").strip():
+            raise UserError(f"{path}: defined name {name} points at nothing; it is not a name "
+                            f"attnsheets wrote (delete it)")
         try:
             (sheet, ref), = name_destinations(defined)
-            top, left, bottom, right = parse_range(ref.replace("$", ""))
+            top, left, bottom, right = parse_range(_whole_lines(ref.replace("$", "")))
         except Exception:  # not one plain range: `find_name` refuses it if it is read
             continue
         if sheet not in wb.sheetnames:
@@ -288,6 +292,17 @@ def check_names(wb, path) -> None:
             raise UserError(f"{path}: defined name {name} covers {ref} ({cells:,} cells), "
                             f"more than the {held[sheet]:,} cells sheet {sheet!r} holds; it "
                             f"is not a name attnsheets wrote (delete it)")
+
+
+def _whole_lines(ref: str) -> str:
+    """`A:B` (whole columns) and `3:4` (whole rows) as the cell ranges they cover."""
+    columns = re.fullmatch(r"([A-Za-z]{1,3}):([A-Za-z]{1,3})", ref)
+    if columns:
+        return f"{columns[1]}1:{columns[2]}{EXCEL_ROWS}"
+    rows = re.fullmatch(r"(\d{1,7}):(\d{1,7})", ref)
+    if rows:
+        return f"A{rows[1]}:XFD{rows[2]}"
+    return ref
 
 
 def check_grid(wb, path) -> None:
