@@ -203,13 +203,15 @@ LINT_CASES = {
                                lambda xml: xml.replace('definedName name="X"', 'definedName '
                                                        'name="XB1"', 1), "a cell reference"),
     "defined_name_on_a_missing_sheet": ("xl/workbook.xml",
-                                        lambda xml: xml.replace(">'Attention'!$B$9",
-                                                                ">'Gone'!$B$9", 1),
+                                        lambda xml: re.sub(r">'?Attention'?!", ">'Gone'!",
+                                                           xml, count=1),
                                         "sheet 'Gone'"),
+    # a merge from the first merged range's top-left cell down one more row overlaps it
     "overlapping_merges": ("xl/worksheets/sheet1.xml",
-                           lambda xml: xml.replace('<mergeCell ref="A34:E34"/>',
-                                                   '<mergeCell ref="A34:E34"/>'
-                                                   '<mergeCell ref="C33:C35"/>', 1), "overlap"),
+                           lambda xml: re.sub(r'<mergeCell ref="([A-Z]+)(\d+):[A-Z]+\d+"/>',
+                                              lambda m: f'{m[0]}<mergeCell ref="{m[1]}{m[2]}:'
+                                                        f'{m[1]}{int(m[2]) + 1}"/>',
+                                              xml, count=1), "overlap"),
     "text_too_long": ("xl/worksheets/sheet2.xml",
                       lambda xml: re.sub(r'<is><t>[^<]*</t></is>',
                                          "<is><t>" + "x" * (MAX_TEXT + 1) + "</t></is>", xml,

@@ -67,7 +67,8 @@ def test_check_engine_all_shows_three_engines_agreeing_on_every_demo_workbook(
     """What `check --engine all` prints for each demo workbook, from the values each engine
     computed (the build's `formulas` values stored in the file, one LibreOffice run, one
     ssconvert per book): every step passes in every engine, and every engine is within
-    1e-14 of the reference relative to the block's size (the pass bound is 1e-9)."""
+    1e-14 of the reference relative to the block's size (1e-13 for a training sheet; the
+    pass bound is 1e-9)."""
     libreoffice, gnumeric = dict(recalculated_demo), dict(gnumeric_demo)
     worst = dict.fromkeys(ENGINES, 0.0)
     problems = []
@@ -81,10 +82,14 @@ def test_check_engine_all_shows_three_engines_agreeing_on_every_demo_workbook(
         assert "gnumeric max|err|" in table.splitlines()[1]
         if not all(report.passed for report in reports):
             problems.append(table)
+        # a training sheet carries each step's rounding into the next step's weights, and
+        # its unscaled run differentiates a saturated softmax: measured 1.9e-14 relative
+        # after 8 steps (train_compare_scale), so its bound is 1e-13
+        share = 1e-4 if book.name.startswith("train") else 1e-5
         for report in reports:
             for step in report.steps:
                 worst[report.engine] = max(worst[report.engine], step.max_abs_error or 0.0)
-                if (step.max_abs_error or 0.0) > 1e-5 * step.tolerance:  # 1e-14 relative
+                if (step.max_abs_error or 0.0) > share * step.tolerance:  # 1e-14 relative
                     problems.append(f"{book.name} {report.engine} {step.name}: "
                                     f"{step.max_abs_error:.2e}")
     assert not problems, "\n".join(problems)

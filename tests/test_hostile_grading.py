@@ -151,8 +151,11 @@ def test_without_a_manifest_the_report_says_nothing_was_verified(tampered, tmp_p
     out, returned = tampered
     grades = tmp_path / "grades.csv"
     ran = cli("grade", returned, "--out", grades)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    # 1003's About lists one step fewer, so the blocks it states start one row higher
+    # (the self-check table above them is shorter) than where they are: not gradable
+    assert ran.returncode == 1, ran.stdout + ran.stderr
     rows = rows_of(grades)
+    assert "the layout puts it at" in rows["attention_1003.xlsx"]["problem"]
     assert rows["attention_1001.xlsx"]["score"] == "100.0"  # what trusting the file gives
     assert rows["attention_1004.xlsx"]["student"] == "1002"
     assert {r["verified"] for r in rows.values()} == {"no (no manifest)"}

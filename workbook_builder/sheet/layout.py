@@ -261,7 +261,10 @@ class SheetWriter:
         return plan.right <= COMPACT_WIDTH
 
     def _compact_plan(self) -> "SheetPlan":
-        plan = SheetPlan(self.params, self.label_sets, None, COMPACT_WIDTH)
+        # a plan with limits stops the compact trial at the same rows and cells (a sheet
+        # of a million flash tiles is never planned whole just to learn it is too large)
+        max_rows, _, max_cells = getattr(self, "limits", (None, None, None))
+        plan = SheetPlan(self.params, self.label_sets, max_rows, COMPACT_WIDTH, max_cells)
         plan.compact, plan.max_width = True, COMPACT_WIDTH
         return plan
 

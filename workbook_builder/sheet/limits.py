@@ -262,14 +262,19 @@ def named_cells(wb) -> int:
     return total
 
 
-def held_cells(ws) -> int:
-    """The cells a sheet holds: those stored, and those of its blocks kept as arrays."""
-    return sum(1 for _ in stored_cells(ws)) + sum(
-        block.values.size for block in constant_blocks(ws))
+def spanned_cells(ws) -> int:
+    """The cells of the rectangle from A1 to the sheet's last stored cell, or of its blocks
+    kept as arrays if more: a name attnsheets wrote lies inside it, empty cells included
+    (an application saving the file may drop a blank cell of a block)."""
+    last_row = last_col = 0
+    for cell in stored_cells(ws):
+        last_row, last_col = max(last_row, cell.row), max(last_col, cell.column)
+    return max(last_row * last_col,
+               sum(block.values.size for block in constant_blocks(ws)))
 
 
 def check_names(wb, path) -> None:
-    """Refuse a defined name covering more cells than its sheet holds (`A1:XFD1048576`
+    """Refuse a defined name covering more cells than its sheet spans (`A1:XFD1048576`
     over a sheet of a few hundred): every name attnsheets writes covers cells it wrote,
     and reading such a name's cells, or bounding a formula's reach by it, would cost
     gigabytes."""
@@ -287,10 +292,10 @@ def check_names(wb, path) -> None:
             continue
         cells = (bottom - top + 1) * (right - left + 1)
         if sheet not in held and cells > 1:
-            held[sheet] = held_cells(wb[sheet])
+            held[sheet] = spanned_cells(wb[sheet])
         if cells > held.get(sheet, 1):
             raise UserError(f"{path}: defined name {name} covers {ref} ({cells:,} cells), "
-                            f"more than the {held[sheet]:,} cells sheet {sheet!r} holds; it "
+                            f"more than the {held[sheet]:,} cells sheet {sheet!r} spans; it "
                             f"is not a name attnsheets wrote (delete it)")
 
 

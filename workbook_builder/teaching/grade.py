@@ -205,10 +205,15 @@ def _grade(returned: _Returned, grade: Grade) -> None:
         raise UserError(f"{path} is an attnsheets workbook but not an exercise (an answer "
                         f"key?)")
     kind, params = spec_kind_params(spec)
-    with np.errstate(all="ignore"):  # edited inputs may overflow: scored, not warned
-        expected = kind.reference(returned.inputs(kind, params, spec.layout, spec.exercise),
-                                  params)
     placement = returned.placement(kind, params, spec.layout, spec.exercise)
+    try:
+        inputs = returned.inputs(kind, params, spec.layout, spec.exercise)
+    except UserError:
+        if placement.problems:  # the layout the file states is not the one it has
+            raise UserError(f"{path}: {'; '.join(placement.problems[:2])}") from None
+        raise
+    with np.errstate(all="ignore"):  # edited inputs may overflow: scored, not warned
+        expected = kind.reference(inputs, params)
     grade.changes += _placement_changes(placement)
     for step in spec.exercise.steps:
         _score(returned, placement, step, np.asarray(expected[step], float),
