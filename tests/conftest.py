@@ -174,6 +174,16 @@ def cli(*args) -> Ran:
     return Ran(code, out.getvalue(), err.getvalue())
 
 
+# a fresh Python running the CLI as its child, printing the child's peak resident memory
+# (ru_maxrss, KB on Linux) as the last line of stderr
+PEAK_MEMORY_PROBE = (
+    "import resource, subprocess, sys; "
+    "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+    "sys.stdout.write(done.stdout); sys.stderr.write(done.stderr); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+    "sys.exit(done.returncode)")
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: a new process, text output."""
     return subprocess.run([sys.executable, "-m", "workbook_builder", *map(str, args)],

@@ -18,7 +18,14 @@ import pytest
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
-from tests.conftest import ATTENTION, KINDS, build, requires_gnumeric, requires_libreoffice
+from tests.conftest import (
+    ATTENTION,
+    KINDS,
+    PEAK_MEMORY_PROBE,
+    build,
+    requires_gnumeric,
+    requires_libreoffice,
+)
 from workbook_builder.checking.names import find_name
 
 ADDRESS_SPACE = 1_500_000_000  # bytes: Python, NumPy and openpyxl fit in a fraction of it
@@ -32,12 +39,7 @@ def _capped() -> None:
 def capped_cli(*args) -> tuple[subprocess.CompletedProcess, float]:
     """The CLI in a new process with its address space capped; with the peak resident
     memory (MB) of the process and its children."""
-    probe = ("import resource, subprocess, sys; "
-             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-             "sys.stdout.write(done.stdout); sys.stderr.write(done.stderr); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-             "sys.exit(done.returncode)")
-    done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m",
+    done = subprocess.run([sys.executable, "-c", PEAK_MEMORY_PROBE, sys.executable, "-m",
                            "workbook_builder", *map(str, args)], capture_output=True,
                           text=True, timeout=TIMEOUT_S, preexec_fn=_capped)
     *stderr, peak_kb = done.stderr.strip().splitlines()

@@ -17,6 +17,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from tests.conftest import (
     ATTENTION,
     KINDS,
+    PEAK_MEMORY_PROBE,
     build,
     cli,
     exercise_book,
@@ -37,12 +38,7 @@ OVERSIZED_BUILD_BOUND_MB = 200
 def peak_memory(*args) -> tuple[subprocess.CompletedProcess, float]:
     """Run the CLI in a child of a fresh Python and return it with the child's peak
     resident memory in MB (ru_maxrss of the waited-for children, in KB on Linux)."""
-    probe = ("import resource, subprocess, sys; "
-             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-             "sys.stdout.write(done.stdout); sys.stderr.write(done.stderr); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-             "sys.exit(done.returncode)")
-    done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m",
+    done = subprocess.run([sys.executable, "-c", PEAK_MEMORY_PROBE, sys.executable, "-m",
                            "workbook_builder", *map(str, args)],
                           capture_output=True, text=True, timeout=600)
     *stderr, peak_kb = done.stderr.strip().splitlines()
