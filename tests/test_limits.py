@@ -239,7 +239,7 @@ def test_a_defined_name_with_empty_text_is_one_line(tmp_path):
                          lambda xml: re.sub(rb'(<definedName name="OUTPUT"[^>]*>)[^<]*',
                                             rb"\1", xml))
     line = one_line_error(cli("check", emptied))
-    assert "defined name OUTPUT does not point at one range" in line
+    assert "defined name OUTPUT points at nothing" in line, line
 
 
 @pytest.mark.parametrize("value, shown", [(4.0, "4.0"), ("4", "'4'"), (True, "True")])
