@@ -1,18 +1,18 @@
-"""The README's quick start is two commands, and CI runs the second one verbatim."""
+"""The README fits a screen and says how to run what it shows: its quick start is two
+commands, and CI runs the second one verbatim; it says how to activate the environment its
+other commands need; it links every page of docs/."""
 
 import re
 from pathlib import Path
 
-import pytest
-from conftest import KINDS
-
-from workbook_builder.sheet.kind import make_params
+from doc_blocks import RUN, SHOWN, blocks_of, doc_pages
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 
 
 def quick_start_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = README.read_text(encoding="utf-8")
     section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```(?:bash|sh)?\n(.*?)```", section, re.S).group(1)
     return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
@@ -26,34 +26,64 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
     assert commands[1] in ci.splitlines()
 
 
-def readme_section(kind_name: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    match = re.search(rf"^### `{re.escape(kind_name)}`.*?(?=^## |^### )", text, re.S | re.M)
-    assert match, f"the README has no section for kind {kind_name}"
-    return match.group(0)
+def test_the_readme_fits_in_250_lines():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= 250, f"README.md has {lines} lines"
 
 
-def documented_name(name: str) -> str:
-    """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj, SCORES_D64 (a width) as
-    SCORES_Dw, Q_T3 (a decoding step) as Q_Tt, a stacked block's SCORES_H2_L1 as
-    SCORES_Hh_Ll."""
-    layer = re.search(r"_L\d+$", name)
-    if layer:
-        return documented_name(name[:layer.start()]) + "_Ll"
-    for numbered, documented in (("H", "Hh"), ("B", "Bj"), ("D", "Dw"), ("T", "Tt")):
-        name = re.sub(rf"_{numbered}\d+$", f"_{documented}", name)
-    return name
+def test_the_readme_activates_the_environment_before_its_first_bare_command():
+    """After the quick start nothing but `.venv/bin/…` is on the PATH: the first block
+    that calls `attnsheets`, `python` or `pip` by name must come after activation."""
+    blocks = [b for b in blocks_of(README) if b.language == "bash"]
+    activate = next(i for i, b in enumerate(blocks)
+                    if "source .venv/bin/activate" in b.text.splitlines())
+    bare = re.compile(r"^(?:attnsheets|python|pip)\b", re.M)
+    first_bare = next(i for i, b in enumerate(blocks) if bare.search(b.text))
+    assert activate < first_bare
 
 
-@pytest.mark.parametrize("kind_name", sorted(KINDS))
-def test_the_readme_names_every_block_the_declaration_has(kind_name):
-    """The README's name tables are tested against the declarations: every input and every
-    step of every test case is named in the kind's section."""
-    kind = KINDS[kind_name]
-    section = readme_section(kind_name)
-    named = set(re.findall(r"`([A-Z][A-Za-z0-9_]*)`", section))
-    for case in kind.test_cases + [values for _, values in kind.demo_cases]:
-        params = make_params(kind, case)
-        names = list(kind.input_shapes(params)) + kind.step_names(params)
-        missing = sorted({documented_name(n) for n in names} - named)
-        assert not missing, f"README section of {kind_name} lacks {missing}"
+def test_every_block_says_whether_it_is_a_command():
+    """A `bash` or `python` block is run as pasted (tests/test_doc_commands.py); anything
+    else (output, a file's content, a diagram) names another language."""
+    pages = doc_pages() + sorted((ROOT / "docs" / "kinds" / "prose").glob("*.md"))
+    unnamed = [f"{b.page.relative_to(ROOT)}:{b.line} {b.language or '(none)'}"
+               for page in pages for b in blocks_of(page) if b.language not in RUN + SHOWN]
+    assert not unnamed, unnamed
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to -."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_github_anchor_follows_githubs_rule():
+    assert github_anchor("Real models: checkpoints, text and BERT") == \
+        "real-models-checkpoints-text-and-bert"
+    assert github_anchor("The tutorial's worked example") == "the-tutorials-worked-example"
+
+
+def test_every_relative_link_of_the_readme_and_docs_reaches_its_target():
+    broken = []
+    for page in doc_pages():
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.*)$", file.read_text(encoding="utf-8"), re.M)
+                if anchor not in {github_anchor(h) for h in headings}:
+                    broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_the_readme_links_every_page_of_docs():
+    text = README.read_text(encoding="utf-8")
+    linked = {(ROOT / t.partition("#")[0]).resolve()
+              for t in re.findall(r"\]\((docs/[^)\s]+)\)", text)}
+    pages = [p for p in (ROOT / "docs").glob("*.md")] + [ROOT / "docs" / "kinds" / "README.md"]
+    assert not [p.name for p in pages if p.resolve() not in linked]

@@ -1,0 +1,74 @@
+"""The per-kind pages of docs/kinds/ are written from the declarations
+(`python -m workbook_builder.docs`) and are up to date; the hand-written notes they carry
+name every block the kind can have."""
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import KINDS
+
+from workbook_builder import docs
+from workbook_builder.sheet.kind import make_params
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ROOT / "docs" / "kinds"
+
+
+def test_the_pages_in_docs_kinds_are_those_the_declarations_write():
+    stale = [path.name for path, text in docs.pages(PAGES).items()
+             if not path.exists() or path.read_text(encoding="utf-8") != text]
+    assert not stale, f"run `python -m workbook_builder.docs`: {stale} out of date"
+
+
+def test_a_page_carries_its_notes_and_is_written_where_asked(tmp_path):
+    (tmp_path / "prose").mkdir()
+    (tmp_path / "prose" / "index.md").write_text("Index notes.\n", encoding="utf-8")
+    (tmp_path / "prose" / "attention.md").write_text("# `attention`\n\nA planted note.\n",
+                                                     encoding="utf-8")
+    assert docs.main([str(tmp_path)]) == 0
+    page = (tmp_path / "attention.md").read_text(encoding="utf-8")
+    assert "A planted note." in page and "`--seq-len`" in page
+    assert "Index notes." in (tmp_path / "README.md").read_text(encoding="utf-8")
+    # a kind without notes still gets its page, titled by its summary
+    assert KINDS["flash"].summary in (tmp_path / "flash.md").read_text(encoding="utf-8")
+
+
+def documented_name(name: str) -> str:
+    """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj, SCORES_D64 (a width) as
+    SCORES_Dw, Q_T3 (a decoding step) as Q_Tt, a stacked block's SCORES_H2_L1 as
+    SCORES_Hh_Ll."""
+    layer = re.search(r"_L\d+$", name)
+    if layer:
+        return documented_name(name[:layer.start()]) + "_Ll"
+    for numbered, documented in (("H", "Hh"), ("B", "Bj"), ("D", "Dw"), ("T", "Tt")):
+        name = re.sub(rf"_{numbered}\d+$", f"_{documented}", name)
+    return name
+
+
+def declared_names(kind) -> set[str]:
+    names = set()
+    for case in kind.test_cases + [values for _, values in kind.demo_cases]:
+        params = make_params(kind, case)
+        names |= {documented_name(n)
+                  for n in list(kind.input_shapes(params)) + kind.step_names(params)}
+    return names
+
+
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
+def test_the_notes_name_every_block_the_declaration_has(kind_name):
+    """The notes' name tables are tested against the declarations: every input and every
+    step of every test and demo case is named in the kind's notes."""
+    notes = PAGES / "prose" / f"{kind_name}.md"
+    assert notes.exists(), f"no notes for kind {kind_name} in {notes.parent}"
+    named = set(re.findall(r"`([A-Z][A-Za-z0-9_]*)`", notes.read_text(encoding="utf-8")))
+    missing = sorted(declared_names(KINDS[kind_name]) - named)
+    assert not missing, f"the notes of {kind_name} lack {missing}"
+
+
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
+def test_the_generated_table_names_every_block_the_declaration_has(kind_name):
+    page = docs.pages(PAGES)[PAGES / f"{kind_name}.md"]
+    table = page.split("### Defined names", 1)[1]
+    named = set(re.findall(r"^\| `([A-Z][A-Za-z0-9_]*)` \|", table, re.M))
+    assert declared_names(KINDS[kind_name]) <= named
