@@ -133,8 +133,9 @@ def kind_page(kind: type[Kind], prose: str) -> str:
     numbered = ", ".join(f"`_{documented}` {meaning}" for _, documented, meaning in NUMBERED)
     lines += ["### Defined names", "",
               "Every input and step block of the cases below, in sheet order, with its "
-              "shape in the first case that has it. Numbered copies are written once: "
-              f"{numbered}, `_Ll` layer l.", "", *names_table(kind, cases), "",
+              "shape in the first case that has it. Numbered copies are written once, with "
+              f"the first copy's equation: {numbered}, `_Ll` layer l.", "",
+              *names_table(kind, cases), "",
               "Cases (parameters other than the defaults):", ""]
     lines += [f"- {label}: " + (", ".join(f"`{k}={v}`" for k, v in case.items()) or "—")
               for label, case in cases]
