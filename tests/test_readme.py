@@ -35,11 +35,12 @@ def test_the_readme_activates_the_environment_before_its_first_bare_command():
     """After the quick start nothing but `.venv/bin/…` is on the PATH: the first block
     that calls `attnsheets`, `python` or `pip` by name must come after activation."""
     blocks = [b for b in blocks_of(README) if b.language == "bash"]
-    activate = next(i for i, b in enumerate(blocks)
-                    if "source .venv/bin/activate" in b.text.splitlines())
+    activate = next((i for i, b in enumerate(blocks)
+                     if "source .venv/bin/activate" in b.text.splitlines()), None)
+    assert activate is not None, "the README never says `source .venv/bin/activate`"
     bare = re.compile(r"^(?:attnsheets|python|pip)\b", re.M)
-    first_bare = next(i for i, b in enumerate(blocks) if bare.search(b.text))
-    assert activate < first_bare
+    first_bare = next((i for i, b in enumerate(blocks) if bare.search(b.text)), len(blocks))
+    assert activate < first_bare, blocks[first_bare].text
 
 
 def test_every_block_says_whether_it_is_a_command():
