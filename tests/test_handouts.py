@@ -18,6 +18,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 from conftest import build, evaluated_blocks, once_per_run, requires_libreoffice
+from test_handout_pages import page_fills
 
 from workbook_builder import api
 from workbook_builder.book.files import handout_copy
@@ -215,6 +216,40 @@ def test_no_page_but_the_last_has_fewer_than_5_lines(handouts):
             if len(lines) < MIN_LINES:
                 thin.append(f"{handout.name} page {page + 1}: {len(lines)} lines")
     assert not thin, thin
+
+
+# Demo workbooks some of whose pages stay under half full (benchmarks/pages.py tables
+# them): a band of blocks wider than a page prints its right parts on pages holding only
+# that band's rows (linear_favor's 64 features, scaling's width 64), and the next band
+# too tall for what is left of a page would have to be cut through a block that fits a
+# page (additive_bias page 1, train_compare_scale page 2: 0.47).
+SPARSE_PAGES = {"linear_favor", "scaling", "additive_bias", "train_compare_scale"}
+
+
+@requires_libreoffice
+@requires_pdftotext
+@pytest.mark.skipif(shutil.which("pdftoppm") is None, reason="pdftoppm is missing "
+                    "(apt-get install poppler-utils)")
+def test_every_page_but_the_last_is_at_least_half_full(handouts, tmp_path):
+    """Every demo workbook's PDF, in each language: each page but the last at least half
+    full (the share of the printable height with ink, `page_fills`), the few that cannot
+    be named in SPARSE_PAGES."""
+    demos = {name.removesuffix(".xlsx") for name, *_ in demo_plan(with_model=False)}
+    sparse, fine = {}, set()
+    for handout, _ in _each(handouts):
+        if re.sub(r"_[a-z]{2}$", "", handout.name) not in demos:
+            continue  # reproduce's tutorial workbooks
+        folder = tmp_path / handout.name
+        folder.mkdir()
+        fills = page_fills(handout.pdf, folder)
+        stem = re.sub(r"_(cells|blocks)(_[a-z]{2})?$", "", handout.name)
+        if any(f < 0.5 for f in fills[:-1]):
+            sparse[handout.name] = [round(f, 2) for f in fills]
+            assert stem in SPARSE_PAGES, (handout.name, sparse[handout.name])
+        else:
+            fine.add(stem)
+    print(sparse)
+    assert len(fine) > 20
 
 
 @requires_libreoffice

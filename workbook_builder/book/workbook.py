@@ -86,7 +86,9 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
         base_setup(other, f"attnsheets — {kind.name} — {other.title}", footer)
     set_print_layout(ws, sheet.units, f"attnsheets — {kind.name} — {ws.title}",
                      [(b.left - 1, b.right) for b in sheet.blocks.values()], footer,
-                     COMPACT_MIN_SCALE if sheet.compact else MIN_SCALE)
+                     COMPACT_MIN_SCALE if sheet.compact else MIN_SCALE,
+                     [(sheet.name_cells.get(name, (b.top,))[0], b.top, b.bottom)
+                      for name, b in sheet.blocks.items()])
     if student is not None:
         for other in wb.worksheets:
             other.oddHeader.left.text = header_text(whose)
