@@ -27,7 +27,8 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan, minilm_zip
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.layout import CHART_MAX_SERIES, SheetPlan
+from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.places import CHART_MAX_SERIES
 from workbook_builder.teaching.reproduce import TUTORIALS
 
 EXAMPLES = [(name, example) for name, kind in sorted(KINDS.items())
@@ -356,8 +357,7 @@ def test_examples_in_chinese_leave_no_english_prose(kind_name, example, no_minil
 def test_the_plan_places_every_block_where_the_writer_does(tmp_path, kind_name, params):
     kind = KINDS[kind_name]
     p = make_params(kind, params)
-    plan = SheetPlan(p, kind.label_sets(p, kind.labels(p, None)))
-    plan.write(kind.sections(p), {})
+    plan = place_kind(kind, p, "cells")
     path = build(tmp_path, kind_name, params)
     wb = openpyxl.load_workbook(path)
     for name, block in plan.blocks.items():

@@ -17,8 +17,9 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.sheet.declare import MatMul, MatMulT
-from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE, HandPlan
+from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.limits import place_kind
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.teaching.exercise import ExerciseSpec
 
@@ -156,9 +157,7 @@ def test_the_plan_places_every_block_and_copy_as_the_writer_does(tmp_path, kind_
     every named block, and as many cells (inputs, results and copies) as the file."""
     kind = KINDS[kind_name]
     params = make_params(kind, values)
-    labels = kind.labels(params, None)
-    plan = HandPlan(params, kind.label_sets(params, labels))
-    plan.write(kind.sections(params), {})
+    plan = place_kind(kind, params, "hand")
     built = write_workbook(kind, params, tmp_path / "book.xlsx", layout="hand")
     wb = built.workbook
     for name, block in plan.blocks.items():

@@ -27,8 +27,8 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import convert_many, has_chinese_font
-from workbook_builder.sheet.hand_layout import plan_for
 from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.limits import place_kind
 from workbook_builder.sheet.printing import PrintUnit, plan_pages
 from workbook_builder.sheet.registry import KINDS
 
@@ -362,8 +362,7 @@ def test_the_plan_decides_the_compact_layout_as_the_writer_does(layout):
     kind = KINDS["attention"]
     example = kind.examples["hand"]()
     params = make_params(kind, example.params)
-    plan = plan_for(layout)(params, kind.label_sets(params, kind.labels(params, None)))
-    plan.write(kind.sections(params), {})
+    plan = place_kind(kind, params, layout)
     book = api.build("attention", example="hand", layout=layout)
     ws = book.workbook[kind.sheet_title]
     assert plan.compact

@@ -3,10 +3,10 @@
 `check` and `grade` read the cells a name covers, and a name is one edit of
 `xl/workbook.xml`: pointed at the same cells of a hidden copy of the sheet (or of an
 exercise's hidden key), it would have them compare numbers nobody sees. So where every
-name must point is computed again from the recorded kind and parameters, with the
-writer's own placement (`planned_places`), and the cells read are those, on the sheet a
-reader sees; a name pointing anywhere else, into a hidden sheet, or a sheet added or
-hidden, is a problem that names it.
+name must point is computed again from the recorded kind and parameters, by the
+placement the writer renders (`place_sheet`, read through `planned_places`), and the cells
+read are those, on the sheet a reader sees; a name pointing anywhere else, into a hidden
+sheet, or a sheet added or hidden, is a problem that names it.
 """
 
 from dataclasses import dataclass, field

@@ -8,25 +8,18 @@ A block is a rectangle of cells under a four-line header:
     corner | col labels  <- the corner names the rows and columns (query / key)
     row label | data ...
 
-Sections are placed top to bottom; the blocks of one band side by side, wrapping onto a
-new line of the band before it grows wider than a printed page (`max_width` columns). A
-chart in a band takes a rectangle of cells there and reads its series from blocks already
-placed. Each band line, with the section title above it, is a print unit: a page break
-falls only between units (sheet/printing.py).
-
-A sheet small enough is laid out compactly, to print on one page: every block flows on
-from the one before across section ends, in lines of COMPACT_WIDTH columns, each line
-with one row of section titles (a section's title above its first block); headers of
-three lines (the explanation stays the hover note of the name), lower rows and a smaller
-chart. The writer and the plan decide alike (`compact_fits`).
+Where everything goes is decided first, from the declaration alone (`place_sheet` in
+sheet/places.py: sections top to bottom, a band's blocks side by side, compact lines for a
+sheet that fits one page); the writer renders that list of placed things in its order. A
+compact sheet has headers of three lines (the explanation stays the hover note of the
+name) and lower rows. Each band line, with the section title above it, is a print unit: a
+page break falls only between units (sheet/printing.py).
 
 The `hand` layout (sheet/hand_layout.py) writes like `cells` but sets every matrix product
 between live copies of its operands.
 """
 
-import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import SimpleNamespace
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from openpyxl.cell.cell import Cell
@@ -51,18 +44,26 @@ from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.constants import add_constant_block, constant_block_at
 from workbook_builder.sheet.declare import (
-    Chart,
     Env,
-    Input,
     Labels,
     Section,
     Series,
     Step,
-    Table,
     dims,
-    size_of,
     text_of,
     vector_kind,
+)
+from workbook_builder.sheet.places import (  # noqa: F401 (CHART_MAX_*: kinds read them here)
+    CHART_MAX_POINTS,
+    CHART_MAX_SERIES,
+    COMPACT_HEADER_ROWS,
+    HEADER_ROWS,
+    LAYOUTS,
+    MAX_WIDTH,
+    Placed,
+    SheetPlacement,
+    drawn_series,
+    place_sheet,
 )
 from workbook_builder.sheet.printing import (
     EXPLANATION_PT,
@@ -74,8 +75,6 @@ from workbook_builder.sheet.printing import (
 )
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 from workbook_builder.sheet.widths import fit_columns
-
-LAYOUTS = ("cells", "blocks", "hand")
 
 INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")    # pale yellow: a value you may edit
 FORMULA_FILL = PatternFill("solid", fgColor="DDEBF7")  # pale blue: a live formula
@@ -95,19 +94,8 @@ TITLE_FONT = Font(name=FONT_NAME, size=14, bold=True)
 THIN = Side(style="thin", color="BFBFBF")
 CELL_BORDER = Border(left=THIN, right=THIN, top=THIN, bottom=THIN)  # printed in place of
 NUMBER_FORMAT = "0.0000"                                             # gridlines
-HEADER_ROWS = 4  # name, equation, explanation, column labels
-# columns of a band line: one landscape A4 page at 90 % holds 17 of the narrowest (9
-# characters); 15 leaves room for the columns `finish` widens to fit wider numbers
-MAX_WIDTH = 15
-# a chart is drawn with at most this many series of at most this many points each (8
-# queries over 16 keys); past that it would be a thicket, and the heatmap says more
-CHART_MAX_SERIES, CHART_MAX_POINTS = 8, 16
-# the compact layout: lines as wide as one landscape A4 page at 89 % holds columns of 9
-# characters; rows as high as the 10 pt font needs; a chart of this many columns and rows
-COMPACT_WIDTH = 17
-COMPACT_HEADER_ROWS = 3  # name, equation, column labels
+# a compact sheet's rows: as high as the 10 pt font needs
 COMPACT_ROW_PT = 12.75
-COMPACT_CHART = (7, 7)
 TITLE_ROWS = 3  # the sheet's title, subtitle and legend, 15 pt each
 WRAP_ROWS = 3  # room for section titles and equations that wrap onto a second line
 # the last row of a compact sheet that fits one landscape page at MIN_SCALE
@@ -132,7 +120,6 @@ class SheetWriter:
         self.row = first_row
         self.margin = 1
         self.max_width = MAX_WIDTH
-        self._band: list[int] | None = None  # [top, next left, lowest bottom, unit top]
         self.units: list[PrintUnit] = []  # what a page break must not cut, top to bottom
         self._glued: int | None = None  # first row of text lines kept with the next unit
         self._text_rows: list[int] = []  # wrapped across their unit's width by `finish`
@@ -147,10 +134,9 @@ class SheetWriter:
         # an input block this large (cells) and larger is kept as an array, not as cells
         # (`sheet/constants.py`); None: every input is cells
         self.array_block_cells: int | None = None
-        # None: decided by `write` (compact_fits); the plan that decides is told True
+        # None: decided by `write` (place_sheet: compact when it fits a page's width)
         self.compact: bool | None = None
-        self._titles: list[tuple[int, str, bool]] = []  # the line's (column, title, bold)
-        self._pending_title: tuple[str, bool] | None = None
+        self.placement: SheetPlacement | None = None  # what `write` rendered
         self._shaded_masks: set[str] = set()
         self.tr: Callable[[str], str] = str  # the sheet's language, for chart titles
 
@@ -167,128 +153,45 @@ class SheetWriter:
         self._glued = 1
         self._text_rows += [1, 2, 3]
 
-    def text(self, text: str, bold: bool = False) -> None:
-        """One line of prose across the sheet, outside any band."""
-        cell = write_text(self.ws, self.row, self.margin, text)
-        cell.font = BOLD_FONT if bold else TEXT_FONT
-        self._glue(self.row)
-        self._text_rows.append(self.row)
-        self.row += 1
-
     def wrap_text_row(self, row: int) -> None:
         """Wrap the prose in column A of `row` across its unit's width at `finish`."""
         self._text_rows.append(row)
 
-    def _glue(self, row: int) -> None:
-        """Keep text lines from `row` on with the unit that follows them."""
-        if self._glued is None:
-            self._glued = row
-
     # -- declared sections -----------------------------------------------------------------
     def write(self, sections: Iterable[Section], inputs: Mapping[str, np.ndarray]) -> None:
-        """Every section in order: its header line, then its bands; all of them flowing
-        in compact lines when the sheet is small enough (`compact_fits`). Sections are
-        drawn from `sections` as they are placed: a plan stopped at a limit has made only
-        the ones before (a million flash tiles are never all declared)."""
-        sections = iter(sections)
-        if self.compact is None:
-            seen: list[Section] = []  # what the compact plan drew, placed again below
+        """Every section in order, as `place_sheet` places them from the writer's row on:
+        each placed thing rendered in the placement's order."""
+        self.placement = place_sheet(sections, self.params, self.layout, sheet=self.ws.title,
+                                     first_row=self.row, glued_from=self._glued,
+                                     compact=self.compact)
+        self.compact, self.max_width = self.placement.compact, self.placement.max_width
+        self._glued = None
+        self.units += self.placement.units
+        for placed in self.placement.placed:
+            self._render(placed, inputs)
+        self.row = self.placement.next_row
 
-            def drawn() -> Iterator[Section]:
-                for sec in sections:
-                    seen.append(sec)
-                    yield sec
-
-            self.compact = self.compact_fits(drawn())
-            sections = itertools.chain(seen, sections)
-        if self.compact:
-            self.max_width = COMPACT_WIDTH
-            self._write_compact(sections, inputs)
-            return
-        for sec in sections:
-            self.text(self._section_title(sec), bold=sec.bold)
-            for band in sec.bands:
-                self._band = [self.row, self.margin, self.row, self._take_glued(self.row)]
-                self._band_items(band, inputs)
-                self._end_band()
+    def _render(self, placed: Placed, inputs: Mapping[str, np.ndarray]) -> None:
+        if placed.role == "text":  # a section's title line
+            cell = write_text(self.ws, placed.top, placed.left, self._section_title(placed.item))
+            cell.font = BOLD_FONT if placed.item.bold else TEXT_FONT
+            self._text_rows.append(placed.top)
+        elif placed.role == "title":  # a section's title in a compact line's title row
+            self._section_cell(placed.top, placed.left, placed.left + placed.cols - 1,
+                               self._section_title(placed.item), placed.item.bold)
+        elif placed.role == "input":
+            self._input(placed, inputs.get(placed.name))
+        elif placed.role == "step":
+            self._step(placed)
+        elif placed.role == "table":
+            self._table(placed)
+        elif placed.role == "chart":
+            self._chart(placed)
+        # a "copy" is written with the product that reads it (sheet/hand_layout.py)
 
     def _section_title(self, sec: Section) -> str:
         return sec.title(self.label_sets) if callable(sec.title) else \
             text_of(sec.title, self.params)
-
-    def _band_items(self, band: Sequence, inputs: Mapping[str, np.ndarray]) -> None:
-        self._begin_band(band)
-        for item in band:
-            self._item(item, inputs)
-
-    def _end_band(self) -> None:
-        self._close_unit()
-        self.row = self._band[2] + 2
-        self._band = None
-
-    def _item(self, item, inputs: Mapping[str, np.ndarray]) -> None:
-        if isinstance(item, Input):
-            self._input(item, inputs.get(item.name))
-        elif isinstance(item, Step):
-            self._step(item)
-        elif isinstance(item, Chart):
-            self._chart(item)
-        else:
-            self._table(item)
-
-    def _write_compact(self, sections: list[Section], inputs: Mapping[str, np.ndarray]) -> None:
-        """Every block flowing on from the one before, across sections, in lines of
-        `max_width` columns; each section's title in its line's title row, above the
-        section's first block."""
-        top = self.row
-        self._band = [top + 1, self.margin, top + 1, self._take_glued(top)]
-        for sec in sections:
-            self._pending_title = (self._section_title(sec), sec.bold)
-            for band in sec.bands:
-                self._band_items(band, inputs)
-        self._end_band()
-
-    def compact_fits(self, sections: Iterable[Section]) -> bool:
-        """Whether the compact layout of `sections` fits the width of one landscape page
-        (its lines then fill the pages one after the other, a page break between lines):
-        planned with no cell written, stopped as soon as a block is wider than
-        COMPACT_WIDTH columns."""
-        plan = self._compact_plan()
-        try:
-            plan._write_compact(sections, {})
-        except PlanBeyond:
-            return False
-        return plan.right <= COMPACT_WIDTH
-
-    def _compact_plan(self) -> "SheetPlan":
-        # a plan with limits stops the compact trial at the same rows and cells (a sheet
-        # of a million flash tiles is never planned whole just to learn it is too large)
-        max_rows, _, max_cells = getattr(self, "limits", (None, None, None))
-        plan = SheetPlan(self.params, self.label_sets, max_rows, COMPACT_WIDTH, max_cells)
-        plan.compact, plan.max_width = True, COMPACT_WIDTH
-        return plan
-
-    def _line_title(self, left: int) -> None:
-        """The pending section title goes above the block placed at column `left`."""
-        if self._pending_title is not None:
-            self._titles.append((left, *self._pending_title))
-            self._pending_title = None
-
-    def _begin_band(self, band: Sequence) -> None:
-        """Called before a band's items are placed (the hand layout lines up their rows)."""
-
-    def _take_glued(self, top: int) -> int:
-        glued, self._glued = self._glued, None
-        return top if glued is None else glued
-
-    def _close_unit(self) -> None:
-        top, _, bottom, unit_top = self._band
-        right = max(self.margin, self._band[1] - 2)
-        self.units.append(PrintUnit(unit_top, bottom, right))
-        titles, self._titles = self._titles, []
-        for n, (left, text, bold) in enumerate(titles):  # each up to the next one
-            last = titles[n + 1][0] - 2 if n + 1 < len(titles) else right
-            self._section_cell(top - 1, left, max(left, last), text, bold)
 
     def _section_cell(self, row: int, left: int, right: int, text: str, bold: bool) -> None:
         """A section's title in a compact line's title row, wrapped across its columns."""
@@ -302,17 +205,6 @@ class SheetWriter:
         current = self.ws.row_dimensions[row].height or COMPACT_ROW_PT
         self.ws.row_dimensions[row].height = max(current, lines * COMPACT_ROW_PT)
 
-    def _room(self, width: int) -> None:
-        """Start a new line of the band when `width` more columns would make it wider
-        than `max_width` (a band line never needs a page break inside it)."""
-        if self._band is None or self._band[1] == self.margin or \
-                self._band[1] - 1 + width <= self.max_width:
-            return
-        self._close_unit()
-        # a compact line's first row holds its section titles, and parts it from the last
-        top = self._band[2] + (1 if self.compact else 2)
-        self._band[:] = [top + self.compact, self.margin, top + self.compact, top]
-
     def _labels(self, spec: Labels | None, count: int, derived: Sequence | None) -> list:
         if spec is None:
             return list(derived) if derived is not None else dims("", count)
@@ -323,15 +215,17 @@ class SheetWriter:
             return list(spec(self.params))
         return list(spec)
 
-    def _input(self, item: Input, values: np.ndarray) -> Block:
-        rows, cols = size_of(item.rows, self.params), size_of(item.cols, self.params)
+    def _input(self, placed: Placed, values: np.ndarray) -> Block:
+        """An input's header, labels and values (or, in an exercise's hidden key, links to
+        the visible input) at its placed block."""
+        item, block, rows, cols = placed.item, placed.block, placed.rows, placed.cols
         values = np.asarray(values, dtype=float)
         assert values.shape == (rows, cols), (item.name, values.shape, rows, cols)
-        block = self._place(item.name, rows, cols)
         row_labels = self._labels(item.row_labels, rows, None)
         col_labels = self._labels(item.col_labels, cols, None)
         self._header(block, text_of(item.title, self.params), row_labels, col_labels,
-                     text_of(item.note, self.params), item.corner)
+                     text_of(item.note, self.params), item.corner, placed.above,
+                     placed.before)
         source = (self.linked_inputs or {}).get(item.name)
         ws = self.ws
         as_array = source is None and self.array_block_cells is not None and \
@@ -361,14 +255,14 @@ class SheetWriter:
         return (self._labels(step.row_labels, rows, derived_rows),
                 self._labels(step.col_labels, cols, derived_cols))
 
-    def _step(self, step: Step) -> Block:
-        env = self._env()
-        rows, cols = step.formula.shape(env)
-        row_labels, col_labels = self._step_labels(step, env, rows, cols)
-        block = self._place(step.name, rows, cols)
+    def _step(self, placed: Placed) -> Block:
+        """A step's header, labels and formulas at its placed block."""
+        step, block, env = placed.item, placed.block, self._env()
+        row_labels, col_labels = self._step_labels(step, env, block.rows, block.cols)
         env.me = block
         self._header(block, text_of(step.equation, self.params), row_labels, col_labels,
-                     text_of(step.explanation, self.params), step.corner)
+                     text_of(step.explanation, self.params), step.corner, placed.above,
+                     placed.before)
         self._fill(step, step.formula, env, row_labels, col_labels)
         return block
 
@@ -421,35 +315,23 @@ class SheetWriter:
             Rule(type="expression", formula=[f"{cell_ref(mask.top, mask.left)}=0"],
                  stopIfTrue=True, dxf=masked))
 
-    def _slot(self, cols: int, rows: int) -> tuple[int, int]:
-        """The top-left cell of the band's next `rows` × `cols` slot (a table, a chart),
-        with one empty column after it."""
-        self._room(cols)
-        top, left = self._band[0], self._band[1]
-        self._line_title(left)
-        self._band[1] = left + cols + 1
-        self._band[2] = max(self._band[2], top + rows - 1)
-        return top, left
-
-    def _table(self, table: Table) -> None:
-        """Label/value lines in the band's next slot, value three columns right."""
-        top, left = self._slot(4, len(table.rows))
-        for i, (label, value) in enumerate(table.rows):
+    def _table(self, placed: Placed) -> None:
+        """Label/value lines in the table's slot, value three columns right."""
+        top, left = placed.top, placed.left
+        for i, (label, value) in enumerate(placed.item.rows):
             write_text(self.ws, top + i, left, text_of(label, self.params))
             write_text(self.ws, top + i, left + 3, text_of(value, self.params))
 
-    def _chart(self, chart: Chart) -> None:
-        """The chart's title in the band's next slot and the chart below it, every series
-        a reference to the live cells of a placed block. An exercise's hidden key keeps the
-        slot empty (nobody sees it; its blocks stay where the visible sheet has them). A
-        chart beyond CHART_MAX_SERIES × CHART_MAX_POINTS is left out, with its slot."""
-        series = self._drawn_series(chart)
-        if series is None:
-            return
-        cols, rows = self._chart_size(chart)
-        top, left = self._slot(cols, rows + 1)
+    def _chart(self, placed: Placed) -> None:
+        """The chart's title in the first row of its slot and the chart below it, every
+        series a reference to the live cells of a placed block. An exercise's hidden key
+        keeps the slot empty (nobody sees it; its blocks stay where the visible sheet has
+        them)."""
         if not self.name_blocks:
             return
+        chart, top, left = placed.item, placed.top, placed.left
+        cols, rows = placed.cols, placed.rows - 1
+        series = drawn_series(chart, self.blocks)
         write_text(self.ws, top, left, text_of(chart.title, self.params)).font = NAME_FONT
         if cols > 1:  # the title spans the chart (and the sheet's extent its slot)
             self.ws.merge_cells(start_row=top, start_column=left, end_row=top,
@@ -479,32 +361,6 @@ class SheetWriter:
                                      to=AnchorMarker(col=left - 1 + cols, row=top + rows))
         self.ws.add_chart(drawn)
 
-    def _chart_size(self, chart: Chart) -> tuple[int, int]:
-        """Columns and rows of the chart (smaller in a compact line)."""
-        if self.compact:
-            return min(chart.cols, COMPACT_CHART[0]), min(chart.rows, COMPACT_CHART[1])
-        return chart.cols, chart.rows
-
-    def _drawn_series(self, chart: Chart) -> list[Series] | None:
-        """The chart's series, one per column (row) where an index is left open; None
-        past CHART_MAX_SERIES series or CHART_MAX_POINTS points (the chart is left out)."""
-        series = [one for s in chart.series for one in self._every_series(s)]
-        points = max((self._series_points(s) for s in series), default=0)
-        return None if len(series) > CHART_MAX_SERIES or points > CHART_MAX_POINTS \
-            else series
-
-    def _every_series(self, series: Series) -> list[Series]:
-        """A series, or with index None one per column (row) of its block."""
-        if series.index is not None:
-            return [series]
-        block = self.blocks[series.block]
-        count = block.cols if series.along == "col" else block.rows
-        return [Series(series.block, i, series.along) for i in range(count)]
-
-    def _series_points(self, series: Series) -> int:
-        block = self.blocks[series.block]
-        return block.rows if series.along == "col" else block.cols
-
     def _chart_data(self, series: Series, kind: str):
         """Values, x values (categories) and name of one series, as sheet references."""
         block = self.blocks[series.block]
@@ -532,28 +388,7 @@ class SheetWriter:
         data.tx = SeriesLabel(strRef=StrRef(f=f"{sheet}!{name}"))
         return data
 
-    # -- placing and naming ----------------------------------------------------------------
-    def _place(self, name: str, rows: int, cols: int, above: int = 0,
-               before: int = 0) -> Block:
-        """The block's data cells at the band's next slot, under its header; `above` more
-        rows under the equation and `before` more columns left of the row labels (where
-        the hand layout sets a product's operands)."""
-        if self._band is None:
-            top, label_col = self.row, self.margin
-        else:
-            self._room(cols + 1 + before)
-            top, label_col = self._band[0], self._band[1]
-            self._line_title(label_col)
-        block = Block(name, self.ws.title, top + self.header_rows + above,
-                      label_col + 1 + before, rows, cols)
-        if self._band is None:
-            self.units.append(PrintUnit(self._take_glued(top), block.bottom, block.right))
-            self.row = block.bottom + 2
-        else:
-            self._band[1] = block.right + 2
-            self._band[2] = max(self._band[2], block.bottom)
-        return block
-
+    # -- headers and names ----------------------------------------------------------------
     def _header(self, block: Block, equation: str, row_labels: Sequence,
                 col_labels: Sequence, explanation: str, corner: str, above: int = 0,
                 before: int = 0) -> None:
@@ -735,75 +570,3 @@ def _paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = 
 def _plain(x: float) -> float | int:
     """Write whole numbers as integers so the sheet shows 1, not 1.0."""
     return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
-
-
-class PlanBeyond(Exception):
-    """A planned block crosses a limit; raised at the first such block, before the rest of
-    the sheet is even declared (a sheet far too large is refused at once)."""
-
-    def __init__(self, block: Block, plan: "SheetPlan"):
-        super().__init__(block.name)
-        self.block, self.plan = block, plan
-
-
-class SheetPlan(SheetWriter):
-    """The writer's placement without its cells: where every block of the sections would
-    go, so a sheet's extent is known before anything is built. With limits, it stops at the
-    first block that ends below `max_rows`, right of `max_cols` or past `max_cells` data
-    cells (PlanBeyond)."""
-
-    def __init__(self, params=None, label_sets: Mapping[str, Sequence] | None = None,
-                 max_rows: int | None = None, max_cols: int | None = None,
-                 max_cells: int | None = None):
-        super().__init__(SimpleNamespace(title="planned"), "cells", params, label_sets)
-        self.bottom, self.right = 3, 1  # the title's three lines
-        self.cells = 0  # data cells of every block
-        self.limits = (max_rows, max_cols, max_cells)
-
-    def title(self, text: str, subtitle: str = "") -> None:
-        pass
-
-    def text(self, text: str, bold: bool = False) -> None:
-        self._grow(self.row, self.margin)
-        self.row += 1
-
-    def _input(self, item: Input, values) -> Block:
-        return self._reserve(item.name, size_of(item.rows, self.params),
-                             size_of(item.cols, self.params))
-
-    def _step(self, step: Step) -> Block:
-        env = Env(self.blocks, self.labels, self.params, vectors=self.vectors)
-        return self._reserve(step.name, *step.formula.shape(env))
-
-    def _table(self, table: Table) -> None:
-        top, left = self._slot(4, len(table.rows))
-        self._grow(top + len(table.rows) - 1, left + 3)
-
-    def _chart(self, chart: Chart) -> None:
-        if self._drawn_series(chart) is None:  # left out, as the writer leaves it
-            return
-        cols, rows = self._chart_size(chart)
-        top, left = self._slot(cols, rows + 1)
-        self._grow(top, left + cols - 1)  # the title, merged across the chart's width
-
-    def _section_cell(self, row: int, left: int, right: int, text: str, bold: bool) -> None:
-        self._grow(row, right)
-
-    def _reserve(self, name: str, rows: int, cols: int, above: int = 0,
-                 before: int = 0) -> Block:
-        block = self._place(name, rows, cols, above, before)
-        self.blocks[name] = block
-        self.cells += rows * cols
-        self._grow(block.bottom, block.right)
-        max_rows, max_cols, max_cells = self.limits
-        if (max_rows is not None and block.bottom > max_rows) or \
-                (max_cols is not None and block.right > max_cols) or \
-                (max_cells is not None and self.cells > max_cells):
-            raise PlanBeyond(block, self)
-        return block
-
-    def _grow(self, row: int, col: int) -> None:
-        self.bottom, self.right = max(self.bottom, row), max(self.right, col)
-
-    def finish(self) -> None:
-        pass

@@ -1,9 +1,9 @@
 """Limits stated and checked before any work: Excel's grid, the cells one build may write,
 the length of a label, and the size of a workbook `check` and `grade` will read.
 
-A sheet's extent comes from the kind's declaration (`SheetPlan` places every block without
-writing a cell), so an impossible size is refused in a fraction of a second instead of
-after minutes of building and gigabytes of memory.
+A sheet's extent comes from the kind's declaration (`place_sheet` places every block without
+writing a cell, and the writer renders that placement), so an impossible size is refused in
+a fraction of a second instead of after minutes of building and gigabytes of memory.
 """
 
 import dataclasses
@@ -17,8 +17,17 @@ from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.constants import constant_blocks
-from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE, HandTooLarge, plan_for
-from workbook_builder.sheet.layout import LAYOUTS, PlanBeyond, SheetPlan
+from workbook_builder.sheet.places import (
+    FIRST_ROW,
+    HAND_MAX_SIDE,
+    LAYOUTS,
+    NO_LIMITS,
+    HandTooLarge,
+    Limits,
+    PlanBeyond,
+    SheetPlacement,
+    place_sheet,
+)
 from workbook_builder.sheet.refs import name_destinations, parse_range
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
@@ -61,26 +70,26 @@ def plan_extent(kind, params, labels: list[str], exercise=None,
     first block outside Excel's grid or past `max_cells`, and in the hand layout
     HandTooLarge at the first block with a side over HAND_MAX_SIDE."""
     copies = 2 if exercise is not None and exercise.self_check else 1
-    plan = _plan(kind, params, labels, layout, EXCEL_ROWS, EXCEL_COLS,
-                 None if max_cells is None else max_cells // copies)
+    plan = place_kind(kind, params, layout, limits=Limits(
+        EXCEL_ROWS, EXCEL_COLS, None if max_cells is None else max_cells // copies))
     rows, cols = plan.bottom, plan.right
     if exercise is not None:  # the instructions and self-check table above the blocks
+        blocks = plan.blocks
         rows += 5 + len(exercise.steps)
-        cols = max([cols] + [plan.blocks[s].right + 1 for s in exercise.steps
-                             if s in plan.blocks])
+        cols = max([cols] + [blocks[s].right + 1 for s in exercise.steps if s in blocks])
     return Extent(rows, cols, plan.cells * copies)
 
 
-def _plan(kind, params, labels: list[str], layout: str, *limits: int | None,
-          first_row: int | None = None) -> SheetPlan:
-    """The writer's placement of the kind's sheet, no cell written (`limits`: SheetPlan's
-    max_rows, max_cols and max_cells; `first_row`: where the blocks start, below an
-    exercise's instructions)."""
-    plan = plan_for(layout)(params, kind.label_sets(params, labels), *limits)
-    if first_row is not None:
-        plan.row = first_row
-    plan.write(kind.sections(params), {})
-    return plan
+def place_kind(kind, params, layout: str, exercise=None,
+               limits: Limits = NO_LIMITS) -> SheetPlacement:
+    """Where the writer puts everything on the kind's sheet for these parameters, no cell
+    written: under the sheet's title (and an exercise's instructions and self-check); the
+    hand layout stops at a block beyond teaching sizes (HandTooLarge)."""
+    if layout == "hand":
+        limits = Limits(limits.rows, limits.cols, limits.cells, HAND_MAX_SIDE)
+    first_row = FIRST_ROW if exercise is None else EXERCISE_TOP + exercise_rows(exercise)
+    return place_sheet(kind.sections(params), params, layout, sheet=kind.sheet_title,
+                       first_row=first_row, glued_from=1, limits=limits)
 
 
 def planned_places(kind, params, layout: str, exercise=None,
@@ -88,13 +97,10 @@ def planned_places(kind, params, layout: str, exercise=None,
     """Every defined name the writer gives a workbook of these parameters, and the block it
     covers there: each input and step on the kind's sheet and, in an exercise with its
     self-check, each CHECK_<STEP> cell of the table under the blocks. `check` and `grade`
-    hold a file's names to it, as the size plan (`plan_extent`) does not need to."""
-    labels = kind.labels(params, None) if labels is None else labels  # places not texts
-    first_row = None if exercise is None else EXERCISE_TOP + exercise_rows(exercise)
-    plan = _plan(kind, params, labels, layout, first_row=first_row)
+    hold a file's names to it, as the size plan (`plan_extent`) does not need to. (Places
+    do not depend on the texts: `labels` is not read.)"""
     sheet = kind.sheet_title
-    places = {name: dataclasses.replace(block, sheet=sheet)
-              for name, block in plan.blocks.items()}
+    places = place_kind(kind, params, layout, exercise).blocks
     if exercise is not None and exercise.self_check:
         # apply_exercise: a line of instructions, the self-check's title, legend and
         # header, then one row per step with its count in COUNT_COL
@@ -163,7 +169,7 @@ def check_fits(kind, params, labels: list[str], exercise=None,
                         f"block {block.name} is {block.rows:,}×{block.cols:,}; "
                         f"{_lower(params, *sides, guess=False)}, or use {others}") from None
     except PlanBeyond as beyond:
-        block, plan = beyond.block, beyond.plan
+        block = beyond.block
         shape = f"block {block.name} is {block.rows:,}×{block.cols:,}"
         if block.right > EXCEL_COLS:
             raise UserError(f"{kind.name}: the sheet would be at least {block.right:,} columns "
@@ -173,7 +179,7 @@ def check_fits(kind, params, labels: list[str], exercise=None,
             raise UserError(f"{kind.name}: the sheet would be at least {block.bottom:,} rows "
                             f"long, more than Excel's {EXCEL_ROWS:,} ({shape}); "
                             f"{_lower(params, block.rows)}") from None
-        big = max(plan.blocks.values(), key=lambda b: b.rows * b.cols)
+        big = max(beyond.blocks.values(), key=lambda b: b.rows * b.cols)
         copies = " (twice: the exercise's hidden key repeats them)" if \
             exercise is not None and exercise.self_check else ""
         raise UserError(f"{kind.name}: the workbook would hold more than --max-cells "
