@@ -31,6 +31,7 @@ from sheets._examples import hand_qkv, sentence_qkv, wo_ai_ai
 from sheets.attention import AttentionParams
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
+    BROADCAST,
     Cell,
     Chart,
     Custom,
@@ -103,7 +104,7 @@ def running_max(p, j, c0, c1, skip) -> Step:
         return f"=MAX({row})" if j == 1 else f"=MAX({env[f'M_B{j - 1}'].row(r)},{row})"
 
     return Step(f"M_B{j}", f"m{j} = max(m{j - 1}, rowmax S{j})" if j > 1 else "m1 = rowmax S1",
-                Custom("seq_len", 1, each),
+                Custom("seq_len", BROADCAST, each),
                 "Running row max over the keys seen so far (skipped rows keep theirs).",
                 row_labels="tokens", col_labels=["max"])
 
@@ -135,7 +136,7 @@ def running_sum(j, skip) -> Step:
         return f"={prev}" if r in skip else f"={env[f'ALPHA_B{j}'].row(r)}*{prev}+{total}"
 
     return Step(f"L_B{j}", f"ℓ{j} = α{j}·ℓ{j - 1} + rowsum P{j}" if j > 1 else "ℓ1 = rowsum P1",
-                Custom("seq_len", 1, each),
+                Custom("seq_len", BROADCAST, each),
                 "Running softmax denominator, rescaled to the current max.",
                 row_labels="tokens", col_labels=["ℓ"])
 

@@ -32,6 +32,7 @@ from sheets._bands import (
 from sheets.attention import AttentionParams
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
+    BROADCAST,
     Cell,
     Custom,
     Dim,
@@ -168,7 +169,7 @@ def non_causal_steps(p) -> list[Step]:
             row_labels=feature_labels(p), col_labels="v"),
         # z_a = Σ_j φ(K)_ja
         Step("Z", "z = Σ_j φ(K_j)",
-             Custom(1, width, each=lambda _, a, env: f"=SUM({env['PHI_K'].col(a)})"),
+             Custom(BROADCAST, width, each=lambda _, a, env: f"=SUM({env['PHI_K'].col(a)})"),
              "The normaliser: the keys' feature vectors summed.", row_labels=["Σ"],
              col_labels=feature_labels(p)),
         Step("NUMER", "φ(Q)·KV", MatMul("PHI_Q", "KV")),

@@ -23,7 +23,7 @@ from sheets._bands import X
 from sheets.encoder_block import excel_number, residual
 from sheets.ssm import A_STEP, SOFTPLUS, Ssm, discretised, read_out, scan_step
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import BROADCAST, Custom, Input, Kind, Map, MatMul, Rows, Step, section
 from workbook_builder.sheet.declare import dims
 
 
@@ -57,7 +57,7 @@ def _x_proj_cols(p) -> list[str]:
 
 
 X_IN_BLOCK = dataclasses.replace(X, title="hidden states x", note="One row per token.")
-NORM_W = Input("NORM_W", 1, "d_model", "RMSNorm weight γ", ["γ"], "d")
+NORM_W = Input("NORM_W", BROADCAST, "d_model", "RMSNorm weight γ", ["γ"], "d")
 W_IN = Input("W_IN", "d_model", lambda p: 2 * p.d_inner, "in_proj weights", "d", _in_cols,
              note="One nn.Linear, transposed: the first E columns make the x branch, the "
                   "last E the gate z.")

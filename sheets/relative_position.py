@@ -35,7 +35,17 @@ from sheets._bands import (
 )
 from sheets.multihead import W_K, W_O, W_Q, W_V
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
+from workbook_builder.sheet import (
+    BROADCAST,
+    Custom,
+    Input,
+    Kind,
+    Map,
+    MatMul,
+    MatMulT,
+    Step,
+    section,
+)
 
 BIASES = ["alibi", "t5"]
 # C = 2^(p−24) + 1, Veltkamp's constant that leaves 24 of the engine's p bits: 2^29 + 1 in
@@ -162,7 +172,8 @@ def float32_table() -> list[Step]:
     return [
         # c = f32(ln(max_distance / e))
         Step("LOG_RANGE", "c = f32(ln({max_distance}/{max_exact}))",
-             Map("=" + f32("LN({max_distance}/{max_exact})"), rows=1, cols=1, per_cell=True),
+             Map("=" + f32("LN({max_distance}/{max_exact})"), rows=BROADCAST, cols=BROADCAST,
+                 per_cell=True),
              "The log of the range the log buckets cover; transformers casts this Python "
              "float to float32.", row_labels=["c"], col_labels=["f32"],
              number_format="0.0000000"),

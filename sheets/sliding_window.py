@@ -28,7 +28,7 @@ from sheets._bands import (
     weights_chart,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Cell, Custom, Input, Kind, Step, section
+from workbook_builder.sheet import BROADCAST, Cell, Custom, Input, Kind, Step, section
 
 
 def parse_global(text: str) -> list[int]:
@@ -184,7 +184,7 @@ def masked_softmax() -> list:
     row_max, exp, row_sum, weights = softmax_steps(mask="MASK")
     return [
         replace(row_max, equation="m_i = max_{j: M_ij=1} (S/√d_k)_ij",
-                formula=Custom("seq_len", 1, row_max_cell), row_labels="tokens",
+                formula=Custom("seq_len", BROADCAST, row_max_cell), row_labels="tokens",
                 explanation="Largest allowed score of each row (an array formula: MAX over "
                             "IF(mask=1, score, own score)); a masked entry counts as the "
                             "row's own score, which every row allows."),

@@ -28,6 +28,7 @@ from sheets._bands import CAUSAL_MASK, QUERY_KEY, positions_from_1, softmax_step
 from sheets.encoder_block import excel_number
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
+    BROADCAST,
     Cell,
     Chart,
     Custom,
@@ -121,7 +122,7 @@ X = Step("X", "X = [one-hot t_i | one-hot i | one-hot p_i]",
          "at.", row_labels=positions_from_1, col_labels=x_labels)
 # y_i = t_{p_i}: INDEX counts from 1, as the positions do
 TARGET = Step("TARGET", "y_i = t_{p_i}", Custom(
-    "seq_len", 1, lambda i, j, env: f"=INDEX({env['TOKEN_IDS'].col(0)},"
+    "seq_len", BROADCAST, lambda i, j, env: f"=INDEX({env['TOKEN_IDS'].col(0)},"
                                     f"{env['LOOK_AT'].cell(i, 0)},1)"),
     "The token each position must output: the one at the position it looks at.",
     row_labels=positions_from_1, col_labels=["y"], number_format="0")

@@ -18,7 +18,14 @@ import numpy as np
 
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
-from workbook_builder.sheet.declare import Input, Section, Step, size_name, size_of
+from workbook_builder.sheet.declare import (
+    Input,
+    Section,
+    Step,
+    check_sections,
+    size_name,
+    size_of,
+)
 from workbook_builder.sheet.layout import SheetWriter
 
 KINDS: dict[str, type["Kind"]] = {}
@@ -187,6 +194,7 @@ class Kind:
         if placed != declared:  # a declaration error, caught by the tests of every kind
             raise ValueError(f"kind {cls.name} places inputs {sorted(placed)} but declares "
                              f"{sorted(declared)}")
+        check_sections(cls.name, sections, params)  # before anything of them is written
         sheet.write(sections, inputs)
 
 
