@@ -554,17 +554,19 @@ class Scan(ByRow):
 @dataclass(frozen=True)
 class Reduce(Formula):
     """One cell from whole blocks, e.g. Reduce("=SUM({NLL})/{seq_len}", NLL="NLL_T1"):
-    {NAME} is the whole block, {param} a parameter, in every layout. `array` makes it a
-    single-cell array formula (a function such as ABS applied to a range needs it). The
-    cell broadcasts, like a BROADCAST × BROADCAST block."""
+    {NAME} is the whole block, {param} a parameter, in every layout; the template may be a
+    function of the parameters. `array` makes it a single-cell array formula (a function
+    such as ABS applied to a range needs it). The cell broadcasts, like a BROADCAST ×
+    BROADCAST block."""
 
-    template: str
+    template: str | Callable[[Any], str]
     aliases: Mapping[str, str] = field(default_factory=dict)
     array: bool = False
     rows: Size = field(default=BROADCAST, init=False)
     cols: Size = field(default=BROADCAST, init=False)
 
-    def __init__(self, template: str, array: bool = False, **aliases: str):
+    def __init__(self, template: str | Callable[[Any], str], array: bool = False,
+                 **aliases: str):
         object.__setattr__(self, "template", template)
         object.__setattr__(self, "aliases", aliases)
         object.__setattr__(self, "array", array)
@@ -572,8 +574,11 @@ class Reduce(Formula):
     def shape(self, env):
         return 1, 1
 
+    def _template(self, params) -> str:
+        return self.template(params) if callable(self.template) else self.template
+
     def check(self, env):
-        check_slots(self.template, self.aliases, env, self_labels=False)
+        check_slots(self._template(env.params), self.aliases, env, self_labels=False)
 
     def describe(self):
         aliases = "".join(f", {k}={v!r}" for k, v in self.aliases.items())
@@ -584,7 +589,7 @@ class Reduce(Formula):
             name = self.aliases.get(match.group(1), match.group(1))
             return env[name].whole() if name.isupper() else str(getattr(env.params, name))
 
-        return Cell(_PLACEHOLDER.sub(fill, self.template), array=self.array)
+        return Cell(_PLACEHOLDER.sub(fill, self._template(env.params)), array=self.array)
 
 
 @dataclass(frozen=True)
