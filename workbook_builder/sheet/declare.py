@@ -511,7 +511,8 @@ class ByRow(Formula):
     i for its column j (each cell in `cells` and `hand`) or, with j None, for the whole
     row at once (one array formula per row in `blocks`). `whole(env)` writes the block
     as one array formula in `blocks` instead; `per_cell` keeps one formula per cell there
-    too (a single-cell array formula a row max needs, an INDEX per row)."""
+    too (a single-cell array formula a row max needs, an INDEX per row). With either,
+    `row` is never asked for a whole row."""
 
     rows: Size
     cols: Size
