@@ -637,8 +637,10 @@ CellFn = Callable[[int, int, Env], str | Cell]
 
 @dataclass(frozen=True)
 class Custom(Formula):
-    """The escape hatch for loops (a recurrence down the rows, tiles, pairings): explicit
-    functions of (i, j, env) for the cell, and of env for the `blocks` layout —
+    """The escape hatch where no other item says it (a reshape, a one-hot by column, a
+    table of numbers; a row formula is `ByRow`, a recurrence `Scan`, a check cell
+    `Reduce` or `MaxAbsDiff`): explicit functions of (i, j, env) for the cell, and of env
+    for the `blocks` layout —
     `whole` (one array formula), `per_row` (one per row, for a row that reads the row
     above) or `per_slice` = (width, fn(k, env)) (one per slice of `width` columns)."""
 
