@@ -19,13 +19,14 @@ larger block reads, as a bias row or a row max does. Only BROADCAST broadcasts: 
 is 1 by number or by function is read cell for cell. A size given as a name is also what
 `build` infers from an input given by hand.
 
-`check_sections` reads a kind's sections for given parameters before anything is written:
-a slot naming no block or parameter, or blocks whose shapes do not fit, is a ValueError
-naming the kind, the step and the template.
+A kind's sections are checked as they are drawn (`checked_sections`; `Kind` wraps every
+kind's `sections`), so before anything of them is planned or written: a slot naming no
+block or parameter, or blocks whose shapes do not fit, is a ValueError naming the kind, the
+step and the template.
 """
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -801,11 +802,11 @@ def dims(prefix: str, count: int, first: int = 1) -> list[str]:
     return [f"{prefix}{first + j}" for j in range(count)]
 
 
-def check_sections(kind: str, sections: Sequence[Section], params) -> None:
-    """Read the sections as the writer would, without writing: every step's template must
-    name blocks placed before it and parameters that exist, and its blocks' shapes must
-    fit (broadcast for `Map`, inner sizes for `MatMul`). A ValueError names the kind, the
-    step and the template."""
+def checked_sections(kind: str, sections: Iterable[Section], params) -> Iterator[Section]:
+    """The sections, each checked as it is drawn (a kind may declare them lazily): every
+    step's template must name blocks placed before it and parameters that exist, and its
+    blocks' shapes must fit (broadcast for `Map`, inner sizes for `MatMul`). A ValueError
+    names the kind, the step and the template."""
     env = Env({}, {}, params)
     for sec in sections:
         for item in (item for band in sec.bands for item in band):
@@ -813,18 +814,7 @@ def check_sections(kind: str, sections: Sequence[Section], params) -> None:
                 rows, cols = size_of(item.rows, params), size_of(item.cols, params)
                 vector = vector_kind(item.rows, item.cols)
             elif isinstance(item, Step):
-                try:
-                    item.formula.check(env)
-                    rows, cols = item.formula.shape(env)
-                except KeyError as exc:  # a kind's own formula reading a missing block
-                    problem = f"no block {exc.args[0]} is placed before this step"
-                except ValueError as exc:
-                    problem = str(exc)
-                else:
-                    problem = None
-                if problem is not None:
-                    raise ValueError(f"kind {kind}, step {item.name}, "
-                                     f"{item.formula.describe()}: {problem}")
+                rows, cols = _checked_shape(kind, item, env)
                 vector = vector_kind(getattr(item.formula, "rows", None),
                                      getattr(item.formula, "cols", None), item.formula)
             else:
@@ -832,3 +822,21 @@ def check_sections(kind: str, sections: Sequence[Section], params) -> None:
             env.blocks[item.name] = Block(item.name, "", 2, 2, rows, cols)  # where: unused
             if vector:
                 env.vectors[item.name] = vector
+        yield sec
+
+
+def check_sections(kind: str, sections: Iterable[Section], params) -> None:
+    """`checked_sections`, drawn to the end."""
+    for _ in checked_sections(kind, sections, params):
+        pass
+
+
+def _checked_shape(kind: str, step: Step, env: Env) -> tuple[int, int]:
+    try:
+        step.formula.check(env)
+        return step.formula.shape(env)
+    except KeyError as exc:  # a kind's own formula reading a missing block
+        problem = f"no block {exc.args[0]} is placed before this step"
+    except ValueError as exc:
+        problem = str(exc)
+    raise ValueError(f"kind {kind}, step {step.name}, {step.formula.describe()}: {problem}")
