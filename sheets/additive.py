@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from reference.additive import additive_ref
 from sheets._bands import TwoSequenceKind, softmax_steps, weighted_values
-from workbook_builder.sheet import Custom, Input, Map, MatMul, Step, rows_of, section
+from workbook_builder.sheet import ByRow, Input, Map, MatMul, Step, row_or_cell, rows_of, section
 
 
 @dataclass(frozen=True)
@@ -54,41 +54,35 @@ def projection(name: str, equation: str, side: str, states: str, weights: str, b
     if not bias:
         return Step(name, equation, MatMul(states, weights), explanation)
     b = "B_" + weights[0]
-    return Step(name, f"{equation} + b_{weights[0]}", Custom(
-        f"{side}_len", "d_att",
-        each=lambda i, j, env: f"=MMULT({env[states].row(i)},{env[weights].col(j)})"
-                               f"+{env[b].cell(0, j)}",
-        per_row=lambda i, env: f"=MMULT({env[states].row(i)},{env[weights].whole()})"
-                               f"+{env[b].whole()}"),
-        explanation, row_labels=side, col_labels="a")
+
+    def row(i: int, env, j: int | None) -> str:  # column j, or the whole row (j None)
+        w, bias = env[weights], env[b]
+        if j is None:
+            return f"=MMULT({env[states].row(i)},{w.whole()})+{bias.whole()}"
+        return f"=MMULT({env[states].row(i)},{w.col(j)})+{bias.cell(0, j)}"
+
+    return Step(name, f"{equation} + b_{weights[0]}", ByRow(f"{side}_len", "d_att", row),
+                explanation, row_labels=side, col_labels="a")
 
 
 # PRE row i·n + j pairs decoder step i with source token j
-def pre_cell(r: int, c: int, env) -> str:
+def pre_pair(r: int, env, c: int | None) -> str:
     n = env.params.src_len
-    return f"={env['WS'].cell(r // n, c)}+{env['UH'].cell(r % n, c)}"
-
-
-def pre_row(r: int, env) -> str:
-    n = env.params.src_len
-    return f"={env['WS'].row(r // n)}+{env['UH'].row(r % n)}"
+    return f"={row_or_cell(env['WS'], r // n, c)}+{row_or_cell(env['UH'], r % n, c)}"
 
 
 def plus_v(env) -> str:
     return f"+{env['B_V'].fixed(0, 0)}" if env.params.bias else ""
 
 
-def score_cell(i: int, j: int, env) -> str:
-    """e_ij = HIDDEN(i,j)·v (+ b_v)."""
-    row = env["HIDDEN"].row(i * env.params.src_len + j)
-    return f"=MMULT({row},{env['V_A'].col(0)}){plus_v(env)}"
-
-
-def score_row(i: int, env) -> str:
-    """Row i of the scores: the n rows of HIDDEN for decoder step i, times v."""
+def score(i: int, env, j: int | None) -> str:
+    """e_ij = HIDDEN(i,j)·v (+ b_v); the whole row i (j None): the n rows of HIDDEN for
+    decoder step i, times v."""
     n = env.params.src_len
-    return (f"=TRANSPOSE(MMULT({rows_of(env['HIDDEN'], i * n, i * n + n - 1)},"
-            f"{env['V_A'].whole()})){plus_v(env)}")
+    if j is None:
+        return (f"=TRANSPOSE(MMULT({rows_of(env['HIDDEN'], i * n, i * n + n - 1)},"
+                f"{env['V_A'].whole()})){plus_v(env)}")
+    return f"=MMULT({env['HIDDEN'].row(i * n + j)},{env['V_A'].col(0)}){plus_v(env)}"
 
 
 class Additive(TwoSequenceKind):
@@ -129,8 +123,7 @@ class Additive(TwoSequenceKind):
                            "step, so it is computed once.")]),
             # PRE(i,j) = WS_i + UH_j   HIDDEN = tanh(PRE)
             section("Step 3 — every (decoder step, source token) pair through tanh", [
-                Step("PRE", pre, Custom(lambda q: q.tgt_len * q.src_len, "d_att",
-                                        each=pre_cell, per_row=pre_row),
+                Step("PRE", pre, ByRow(lambda q: q.tgt_len * q.src_len, "d_att", pre_pair),
                      "Row 'y→x': decoder step y's projection plus source token x's.",
                      row_labels="pairs", col_labels="a", corner="s_i→h_j"),
                 Step("HIDDEN", "tanh(PRE)", Map("=TANH({P})", P="PRE"),
@@ -138,7 +131,7 @@ class Additive(TwoSequenceKind):
             # e_ij = vᵀ·HIDDEN(i,j) (+ b_v), softmax over j
             section("Step 4 — scores e_ij = vᵀ·tanh(…), softmax over the source positions", [
                 Step("SCORES", "e_ij = vᵀ·tanh(W·s_i + U·h_j)" + (" + b_v" if p.bias else ""),
-                     Custom("tgt_len", "src_len", each=score_cell, per_row=score_row),
+                     ByRow("tgt_len", "src_len", score),
                      "Alignment score of decoder step i with source token j.",
                      row_labels="tgt", col_labels="src", corner="s_i\\h_j"),
                 *softmax_steps("SCORES", over="source tokens", of="e",

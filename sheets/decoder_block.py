@@ -29,7 +29,7 @@ from sheets.encoder_block import (
     residual,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Dim, Input, Kind, MatMul, Rows, Step, section
+from workbook_builder.sheet import BROADCAST, Dim, Input, Kind, MatMul, Rows, Step, section
 from workbook_builder.sheet.declare import Chart, Env, Formula, Section
 
 
@@ -70,8 +70,8 @@ HEAD_DIMS = head_labels("h", lambda p: p.heads, lambda p: p.d_k)  # h1.1, h1.2, 
 
 def block_inputs(sfx: str = "", when=None) -> dict[str, Input]:
     """Every weight of one block, named with `sfx` (gpt: _L1, _L2, …), by its plain name."""
-    made = [Input(f"LN1_GAMMA{sfx}", 1, "d_model", "γ (scale)", ["γ"], "d", when=when),
-            Input(f"LN1_BETA{sfx}", 1, "d_model", "β (shift)", ["β"], "d", when=when)]
+    made = [Input(f"LN1_GAMMA{sfx}", BROADCAST, "d_model", "γ (scale)", ["γ"], "d", when=when),
+            Input(f"LN1_BETA{sfx}", BROADCAST, "d_model", "β (shift)", ["β"], "d", when=when)]
     for n in "QKV":
         made += [Input(f"W_{n}{sfx}", "d_model", "d_model", f"{n.lower()} weights (c_attn)",
                        "d", HEAD_DIMS, when=when),
@@ -80,8 +80,8 @@ def block_inputs(sfx: str = "", when=None) -> dict[str, Input]:
     made += [Input(f"W_O{sfx}", "d_model", "d_model", "output weights (c_proj)", HEAD_DIMS,
                    "d", when=when),
              Input(f"B_O{sfx}", 1, "d_model", "output bias (c_proj)", ["b"], "d", when=when),
-             Input(f"LN2_GAMMA{sfx}", 1, "d_model", "γ (scale)", ["γ"], "d", when=when),
-             Input(f"LN2_BETA{sfx}", 1, "d_model", "β (shift)", ["β"], "d", when=when),
+             Input(f"LN2_GAMMA{sfx}", BROADCAST, "d_model", "γ (scale)", ["γ"], "d", when=when),
+             Input(f"LN2_BETA{sfx}", BROADCAST, "d_model", "β (shift)", ["β"], "d", when=when),
              Input(f"W_1{sfx}", "d_model", D_FF, "MLP weights (c_fc)", "d", "f", when=when),
              Input(f"B_1{sfx}", 1, D_FF, "MLP bias (c_fc)", ["b"], "f", when=when),
              Input(f"W_2{sfx}", D_FF, "d_model", "MLP output weights (mlp.c_proj)", "f", "d",
@@ -130,10 +130,16 @@ class Scoped(Formula):
 
     @property
     def cols(self):
-        return 1 if isinstance(self.inner, Rows) else getattr(self.inner, "cols", None)
+        return BROADCAST if isinstance(self.inner, Rows) else getattr(self.inner, "cols", None)
 
     def shape(self, env):
         return self.inner.shape(self._env(env))
+
+    def check(self, env):
+        self.inner.check(self._env(env))
+
+    def describe(self):
+        return self.inner.describe()
 
     def labels(self, env):
         return self.inner.labels(self._env(env))

@@ -20,7 +20,7 @@ import numpy as np
 from reference.encoder_block import encoder_block_ref
 from sheets._bands import X, concat_heads, head_labels, head_steps
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Input, Kind, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import BROADCAST, Input, Kind, Map, MatMul, Rows, Step, section
 
 # GELU, tanh form: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))   (torch approximate='tanh')
 GELU_TANH = "0.5*{x}*(1+TANH(SQRT(2/PI())*({x}+0.044715*POWER({x},3))))"
@@ -77,9 +77,9 @@ W_1 = Input("W_1", "d_model", "d_ff", "first FFN weights", "d", "f")
 B_1 = Input("B_1", 1, "d_ff", "first FFN bias", ["b"], "f")
 W_2 = Input("W_2", "d_ff", "d_model", "second FFN weights", "f", "d")
 B_2 = Input("B_2", 1, "d_model", "second FFN bias", ["b"], "d")
-LN_INPUTS = {ln: (Input(f"{ln}_GAMMA", 1, "d_model", "γ (scale)", ["γ"], "d",
+LN_INPUTS = {ln: (Input(f"{ln}_GAMMA", BROADCAST, "d_model", "γ (scale)", ["γ"], "d",
                         when=None if ln != "EMB" else "embeddings"),
-                  Input(f"{ln}_BETA", 1, "d_model", "β (shift)", ["β"], "d",
+                  Input(f"{ln}_BETA", BROADCAST, "d_model", "β (shift)", ["β"], "d",
                         when=None if ln != "EMB" else "embeddings"))
              for ln in ("EMB", "LN1", "LN2")}
 # X is an input, or with --embeddings the result of BERT's embedding step

@@ -31,15 +31,17 @@ from sheets._examples import hand_qkv, sentence_qkv, wo_ai_ai
 from sheets.attention import AttentionParams
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
-    Cell,
+    BROADCAST,
+    ByRow,
     Chart,
-    Custom,
     Kind,
     Map,
     MatMul,
+    MaxAbsDiff,
     Series,
     Step,
     Table,
+    row_or_cell,
     rows_of,
     section,
 )
@@ -80,15 +82,16 @@ def scores(p, j, c0, c1, skip) -> Step:
     def product(queries: str, env) -> str:  # queries (a row or all) times this block's keys
         return f"=MMULT({queries},TRANSPOSE({rows_of(env['K'], c0, c1 - 1)})){scale}"
 
-    def each(r, c, env):
-        return "=0" if r in skip else \
-            f"=SUMPRODUCT({env['Q'].row(r)},{env['K'].row(c0 + c)}){scale}"
+    def row(r, env, c):  # key c of query r, or all of query r's keys (c None)
+        if r in skip:
+            return "=0"
+        if c is None:
+            return product(env["Q"].row(r), env)
+        return f"=SUMPRODUCT({env['Q'].row(r)},{env['K'].row(c0 + c)}){scale}"
 
-    return Step(f"S_B{j}", f"S{j} = Q·K{j}ᵀ/√d_k", Custom(
-        "seq_len", key_width(j), each,
-        whole=None if skip else lambda env: product(env["Q"].whole(), env),
-        per_row=(lambda r, env: "=0" if r in skip else product(env["Q"].row(r), env))
-        if skip else None),
+    return Step(f"S_B{j}", f"S{j} = Q·K{j}ᵀ/√d_k", ByRow(
+        "seq_len", key_width(j), row,
+        whole=None if skip else lambda env: product(env["Q"].whole(), env)),
         f"Scaled scores of every query against keys {c0 + 1}–{c1} only: n×B cells, never the "
         f"whole n×n matrix. Grey 'skip' cells (causal) belong to query blocks that never "
         f"visit this key block.", skipped_rows=skip, **key_labels(p, j, c0, c1))
@@ -96,14 +99,14 @@ def scores(p, j, c0, c1, skip) -> Step:
 
 def running_max(p, j, c0, c1, skip) -> Step:
     """m_j = max(m_{j−1}, rowmax S_j) over the keys that take part (causal: up to r)."""
-    def each(r, _, env):
+    def each(r, env, _):
         if r in skip:
             return f"={env[f'M_B{j - 1}'].row(r)}"
         row = env[f"S_B{j}"].row(r, 0, (min(r, c1 - 1) if p.causal else c1 - 1) - c0)
         return f"=MAX({row})" if j == 1 else f"=MAX({env[f'M_B{j - 1}'].row(r)},{row})"
 
     return Step(f"M_B{j}", f"m{j} = max(m{j - 1}, rowmax S{j})" if j > 1 else "m1 = rowmax S1",
-                Custom("seq_len", 1, each),
+                ByRow("seq_len", BROADCAST, each, per_cell=True),
                 "Running row max over the keys seen so far (skipped rows keep theirs).",
                 row_labels="tokens", col_labels=["max"])
 
@@ -127,7 +130,7 @@ def probabilities(p, j, c0, c1, skip) -> Step:
 
 def running_sum(j, skip) -> Step:
     """ℓ_j = α_j·ℓ_{j−1} + rowsum P_j."""
-    def each(r, _, env):
+    def each(r, env, _):
         total = f"SUM({env[f'P_B{j}'].row(r)})"
         if j == 1:
             return f"={total}"
@@ -135,7 +138,7 @@ def running_sum(j, skip) -> Step:
         return f"={prev}" if r in skip else f"={env[f'ALPHA_B{j}'].row(r)}*{prev}+{total}"
 
     return Step(f"L_B{j}", f"ℓ{j} = α{j}·ℓ{j - 1} + rowsum P{j}" if j > 1 else "ℓ1 = rowsum P1",
-                Custom("seq_len", 1, each),
+                ByRow("seq_len", BROADCAST, each, per_cell=True),
                 "Running softmax denominator, rescaled to the current max.",
                 row_labels="tokens", col_labels=["ℓ"])
 
@@ -144,11 +147,12 @@ def accumulate(j, c0, c1, skip) -> Step:
     """Õ_j = α_j·Õ_{j−1} + P_j·V_j   (unnormalised: FlashAttention-2)."""
     p_j, alpha, prev = f"P_B{j}", f"ALPHA_B{j}", f"ACC_B{j - 1}"
 
-    def each(r, c, env):
-        dot = f"MMULT({env[p_j].row(r)},{env['V'].col(c, c0, c1 - 1)})"
+    def each(r, env, c):  # column c of row r, or the whole row (c None)
+        values = rows_of(env["V"], c0, c1 - 1) if c is None else env["V"].col(c, c0, c1 - 1)
+        dot = f"MMULT({env[p_j].row(r)},{values})"
         if j == 1:
             return f"={dot}"
-        carried = env[prev].cell(r, c)
+        carried = row_or_cell(env[prev], r, c)
         return f"={carried}" if r in skip else f"={env[alpha].row(r)}*{carried}+{dot}"
 
     def whole(env):
@@ -156,7 +160,7 @@ def accumulate(j, c0, c1, skip) -> Step:
         return f"={dot}" if j == 1 else f"={env[alpha].whole()}*{env[prev].whole()}+{dot}"
 
     return Step(f"ACC_B{j}", f"Õ{j} = α{j}·Õ{j - 1} + P{j}·V{j}" if j > 1 else "Õ1 = P1·V1",
-                Custom("seq_len", "value_width", each, whole=whole),
+                ByRow("seq_len", "value_width", each, whole=whole),
                 "Running weighted sum of value rows, not yet divided by ℓ.",
                 row_labels="tokens", col_labels="v")
 
@@ -195,10 +199,6 @@ def state_charts(t: int):
                    [running, *([rescales] if t > 1 else [])])
 
 
-def max_abs_diff(env) -> str:
-    return f"=MAX(ABS({env['OUTPUT'].whole()}-{env['OUTPUT_STD'].whole()}))"
-
-
 def comparison(p) -> list:
     """Standard attention from the same Q, K, V; max |O − O_std|; the n² vs n·B sizes."""
     mask, n, b = "MASK" if p.causal else None, p.seq_len, p.block_size
@@ -206,9 +206,7 @@ def comparison(p) -> list:
     return [scaled_scores(explanation=explained) + ([CAUSAL_MASK] if mask else []),
             softmax_steps(mask=mask, chart=True),
             [Step("OUTPUT_STD", "O_std = A·V", MatMul("WEIGHTS", "V")),
-             # an array formula in both layouts: ABS over a range needs array evaluation
-             Step("MAX_ABS_DIFF", "max |O − O_std|", Custom(
-                 1, 1, lambda i, j, env: Cell(max_abs_diff(env), array=True), whole=max_abs_diff),
+             Step("MAX_ABS_DIFF", "max |O − O_std|", MaxAbsDiff("OUTPUT", "OUTPUT_STD"),
                  "Largest difference between the two outputs: rounding only (about 1e-16), "
                  "because the online softmax is exact.", row_labels=["flash vs std"],
                  col_labels=["max |Δ|"], number_format="0.0E+00"),

@@ -28,7 +28,20 @@ from sheets.decoder_block import (
     scoped_sections,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Cell, Custom, Input, Kind, Map, MatMulT, Step, section
+from workbook_builder.sheet import (
+    BROADCAST,
+    ByRow,
+    Cell,
+    Custom,
+    Input,
+    Kind,
+    Map,
+    MatMulT,
+    Reduce,
+    Step,
+    row_or_cell,
+    section,
+)
 
 # GPT-2 XL has 48 blocks; the inputs of every possible block are declared once
 MAX_LAYERS = 48
@@ -57,13 +70,13 @@ WTE = Input("WTE", "vocab", "d_model", "token embedding table (wte), one row per
             "d")
 WPE = Input("WPE", "seq_len", "d_model", "position embedding rows 0 … n−1 (wpe)", _positions,
             "d")
-LNF = {"LNF_GAMMA": Input("LNF_GAMMA", 1, "d_model", "γ (scale)", ["γ"], "d"),
-       "LNF_BETA": Input("LNF_BETA", 1, "d_model", "β (shift)", ["β"], "d")}
+LNF = {"LNF_GAMMA": Input("LNF_GAMMA", BROADCAST, "d_model", "γ (scale)", ["γ"], "d"),
+       "LNF_BETA": Input("LNF_BETA", BROADCAST, "d_model", "β (shift)", ["β"], "d")}
 LAYER_WEIGHTS = [block_inputs(f"_L{layer}", when=lambda p, layer=layer: p.layers >= layer)
                  for layer in range(1, MAX_LAYERS + 1)]
 
 
-def _token_row(i: int, j: int, env) -> str:
+def _token_row(i: int, env, j: int) -> str:
     # TOK_EMB_ij = WTE[t_i, j]: INDEX counts from 1. It reads column j only, not the whole
     # table: the `formulas` engine turns every cell of INDEX's range into a reference first
     return f"=INDEX({env['WTE'].col(j)},{env['TOKEN_IDS'].cell(i, 0)}+1,1)"
@@ -92,18 +105,18 @@ def next_token_steps() -> list[Step]:
     return [
         # m = max_v LOGITS_{n,v}
         Step("NEXT_MAX", "m = max_v LOGITS_n,v",
-             Custom(1, 1, each=lambda i, j, env: f"=MAX({_last_logits(env)})"),
+             ByRow(BROADCAST, BROADCAST, lambda i, env, j: f"=MAX({_last_logits(env)})",
+                   per_cell=True),
              "Largest logit of the last position.", row_labels=["next"], col_labels=["max"]),
         # e_v = exp(LOGITS_{n,v} − m)
         Step("NEXT_EXP", "e = exp(LOGITS_n − m)",
-             Custom(1, "vocab", each=lambda i, j, env:
-                    f"=EXP({env['LOGITS'].cell(env['LOGITS'].rows - 1, j)}-"
-                    f"{env['NEXT_MAX'].fixed(0, 0)})",
-                    whole=lambda env: f"=EXP({_last_logits(env)}-{env['NEXT_MAX'].fixed(0, 0)})"),
+             ByRow(BROADCAST, "vocab", lambda i, env, j:
+                   f"=EXP({row_or_cell(env['LOGITS'], env['LOGITS'].rows - 1, j)}-"
+                   f"{env['NEXT_MAX'].fixed(0, 0)})"),
              "Exponential of each shifted logit.", row_labels=["next"], col_labels=_ids),
         # ℓ = Σ_v e_v
         Step("NEXT_SUM", "ℓ = Σ_v e_v",
-             Custom(1, 1, each=lambda i, j, env: f"=SUM({env['NEXT_EXP'].whole()})"),
+             Reduce("=SUM({E})", E="NEXT_EXP"),
              "The softmax denominator.", row_labels=["next"], col_labels=["sum"]),
         # p_v = e_v / ℓ
         Step("NEXT_PROBS", "p = e / ℓ", Map("={E}/{S}", E="NEXT_EXP", S="NEXT_SUM"),
@@ -175,8 +188,8 @@ class Gpt(Kind):
             section("Step 2 — embeddings: each token's row of WTE plus its position's row "
                     "of WPE", WPE,
                     [Step("TOK_EMB", "WTE[id, ·] = [id = v]·WTE",
-                          Custom("seq_len", "d_model", each=_token_row,
-                                 whole=_one_hot_times_table),
+                          ByRow("seq_len", "d_model", _token_row,
+                                whole=_one_hot_times_table),
                           "Each token's row of the embedding table, looked up by its id.",
                           col_labels="d"),
                      Step("EMBEDDED", "TOK_EMB + WPE", Map("={T}+{P}", T="TOK_EMB", P="WPE"),

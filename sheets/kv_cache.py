@@ -26,7 +26,7 @@ from sheets._bands import (
     softmax_steps,
 )
 from sheets.multihead import B_K, B_Q, B_V, W_K, W_Q, W_V
-from workbook_builder.sheet import Custom, Map, Step, section
+from workbook_builder.sheet import ByRow, Custom, Map, Reduce, Step, section
 from workbook_builder.sheet.declare import Table
 
 CACHE_COLUMNS = ["L", "H", "G", "d_k"]
@@ -51,20 +51,20 @@ def _new_row(weight: str, bias: bool, t: int, j: int, env) -> str:
     return f"=MMULT({env['X'].row(t)},{env[weight].col(j)}){plus}"
 
 
-def query_row(t: int) -> Custom:
+def query_row(t: int) -> ByRow:
     """q_t = x_t·W_Q (+ B_Q): the one new query of step t."""
-    return Custom(1, lambda p: p.heads * p.d_k,
-                  lambda _, j, env: _new_row("W_Q", env.params.bias, t, j, env))
+    return ByRow(1, lambda p: p.heads * p.d_k,
+                 lambda _, env, j: _new_row("W_Q", env.params.bias, t, j, env), per_cell=True)
 
 
-def cache_block(which: str, t: int) -> Custom:
+def cache_block(which: str, t: int) -> ByRow:
     """K_CACHE_t (or V_CACHE_t): the rows of step t − 1 carried over, then x_t·W (+ B)."""
-    def each(i, j, env):
+    def each(i, env, j):
         if i < t:
             return f"={env[f'{which}_CACHE_T{t}'].cell(i, j)}"
         return _new_row(f"W_{which}", env.params.bias, t, j, env)
 
-    return Custom(t + 1, lambda p: p.groups * p.d_k, each)
+    return ByRow(t + 1, lambda p: p.groups * p.d_k, each, per_cell=True)
 
 
 def step_scores(t: int) -> Custom:
@@ -79,14 +79,14 @@ def step_scores(t: int) -> Custom:
     return Custom("heads", t + 1, each)
 
 
-def step_attention(t: int) -> Custom:
+def step_attention(t: int) -> ByRow:
     """ATTN_t[h] = A_t[h]·V_CACHE_t[:, g]: each head's weighted sum of the cached values."""
-    def each(h, c, env):
+    def each(h, env, c):
         g = h * env.params.groups // env.params.heads
         weights, values = env[f"WEIGHTS_T{t + 1}"], env[f"V_CACHE_T{t + 1}"]
         return f"=MMULT({weights.row(h)},{values.col(g * env.params.d_k + c)})"
 
-    return Custom("heads", "d_k", each)
+    return ByRow("heads", "d_k", each, per_cell=True)
 
 
 def stacked(i, j, env) -> str:
@@ -221,7 +221,7 @@ class KvCache(GroupedHeadsKind):
                           Map("=ABS({A}-{B})", A="OUTPUT", B="CONCAT"),
                           "Zero up to rounding: the cache gives exactly causal attention."),
                      Step("MAX_DIFF", "max |OUTPUT − CONCAT|",
-                          Custom(1, 1, lambda i, j, env: f"=MAX({env['DIFF'].whole()})"),
+                          Reduce("=MAX({DIFF})"),
                           "The largest difference anywhere: about 1e-16. Edit X or a weight "
                           "and it stays ≈ 0.", row_labels=["max"], col_labels=["diff"])]),
             section("KV cache size — numbers kept per token, for MHA (G = H), GQA (G groups) "

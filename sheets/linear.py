@@ -32,15 +32,20 @@ from sheets._bands import (
 from sheets.attention import AttentionParams
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
-    Cell,
+    BROADCAST,
+    ByRow,
     Custom,
     Dim,
     Input,
     Kind,
     Map,
     MatMul,
+    MatTMul,
+    MaxAbsDiff,
     Rows,
+    Scan,
     Step,
+    row_or_cell,
     rows_of,
     section,
 )
@@ -160,15 +165,12 @@ def denominator(equation: str, explanation: str) -> Step:
 def non_causal_steps(p) -> list[Step]:
     return [
         # KV_ab = Σ_j φ(K)_ja · V_jb
-        Step("KV", "KV = φ(K)ᵀ·V", Custom(
-            width, D_V,
-            each=lambda a, b, env: f"=SUMPRODUCT({env['PHI_K'].col(a)},{env['V'].col(b)})",
-            whole=lambda env: f"=MMULT(TRANSPOSE({env['PHI_K'].whole()}),{env['V'].whole()})"),
+        Step("KV", "KV = φ(K)ᵀ·V", MatTMul("PHI_K", "V"),
             "Every key's feature vector times its value, summed over tokens.",
             row_labels=feature_labels(p), col_labels="v"),
         # z_a = Σ_j φ(K)_ja
         Step("Z", "z = Σ_j φ(K_j)",
-             Custom(1, width, each=lambda _, a, env: f"=SUM({env['PHI_K'].col(a)})"),
+             Custom(BROADCAST, width, each=lambda _, a, env: f"=SUM({env['PHI_K'].col(a)})"),
              "The normaliser: the keys' feature vectors summed.", row_labels=["Σ"],
              col_labels=feature_labels(p)),
         Step("NUMER", "φ(Q)·KV", MatMul("PHI_Q", "KV")),
@@ -177,17 +179,16 @@ def non_causal_steps(p) -> list[Step]:
 
 
 # -- causal: recurrences down the rows; STATE row i·w + a holds row a of S_i (w = d_k or m) -
-def running_sum(rows, cols, lag, term) -> Custom:
+def running_sum(rows, cols, lag, term) -> Scan:
     """Row r = row r − lag(p) of this block + term(r) (the first lag rows: the term alone).
     term(r, env, j) is one cell of the term, term(r, env) its whole row."""
-    def formula(r, env, j=None):
+    def formula(r, env, j):
         back = r - lag(env.params)
         if back < 0:
             return f"={term(r, env, j)}"
-        prev = env.me.row(back) if j is None else env.me.cell(back, j)
-        return f"={prev}+{term(r, env, j)}"
+        return f"={row_or_cell(env.me, back, j)}+{term(r, env, j)}"
 
-    return Custom(rows, cols, each=lambda r, j, env: formula(r, env, j), per_row=formula)
+    return Scan(rows, cols, formula)
 
 
 def outer(r: int, env, b: int | None = None) -> str:
@@ -226,10 +227,9 @@ def causal_steps(p) -> list[Step]:
              "Running sum of the keys' feature vectors.", row_labels="tokens",
              col_labels=feature_labels(p)),
         # NUMER_i = φ(Q_i)·S_i
-        Step("NUMER", "φ(Q_i)·S_i", Custom(
+        Step("NUMER", "φ(Q_i)·S_i", ByRow(
             "seq_len", D_V,
-            each=lambda i, b, env: f"=MMULT({env['PHI_Q'].row(i)},{state_of(env, i, b, b)})",
-            per_row=lambda i, env: f"=MMULT({env['PHI_Q'].row(i)},{state_of(env, i)})"),
+            lambda i, env, b: f"=MMULT({env['PHI_Q'].row(i)},{state_of(env, i, b or 0, b)})"),
             "Query i reads the memory as it stood after token i.", row_labels="tokens",
             col_labels="v"),
         denominator("φ(Q_i)·z_i", "Sum of the (unnormalised) weights of keys j ≤ i, plus eps."),
@@ -237,13 +237,6 @@ def causal_steps(p) -> list[Step]:
 
 
 # -- favor: exact softmax beside the estimate, and the estimate from fewer features --------
-def error_cell(env, estimate: str) -> Cell:
-    """max |estimate − O_softmax|: a single-cell array formula in both layouts (ABS over a
-    range needs array evaluation)."""
-    return Cell(f"=MAX(ABS({env[estimate].whole()}-{env['OUTPUT_SOFTMAX'].whole()}))",
-                array=True)
-
-
 def softmax_comparison(p) -> list[list]:
     """SCORES … WEIGHTS as in `attention`, O_softmax = A·V, and max |O − O_softmax|."""
     mask = "MASK" if p.causal else None
@@ -253,8 +246,7 @@ def softmax_comparison(p) -> list[list]:
             [weighted_values("Exact softmax attention from the same Q, K, V.",
                              name="OUTPUT_SOFTMAX", equation="O_softmax = A·V"),
              # max_ij |O − O_softmax|_ij
-             Step("MAX_ABS_ERR", "max |O − O_softmax|", Custom(
-                 1, 1, lambda i, j, env: error_cell(env, "OUTPUT")),
+             Step("MAX_ABS_ERR", "max |O − O_softmax|", MaxAbsDiff("OUTPUT", "OUTPUT_SOFTMAX"),
                  "Largest error of the random-feature estimate: it shrinks like 1/√m for "
                  "large m.", row_labels=["favor vs softmax"],
                  col_labels=["max |Δ|"])]]
@@ -273,7 +265,7 @@ def fewer_features(p, count: int) -> Step:
             return state_of(env, i, b or 0, b, rows=count)
         return rows_of(env["KV"], 0, last) if b is None else env["KV"].col(b, 0, last)
 
-    def formula(i: int, env, b: int | None = None) -> str:
+    def formula(i: int, env, b: int | None) -> str:
         phi, z = env["PHI_Q"].row(i, 0, last), env["Z"].row(i if p.causal else 0, 0, last)
         return f"={r}*MMULT({phi},{memory(env, i, b)})/({r}*SUMPRODUCT({phi},{z})+{EPS})"
 
@@ -285,9 +277,7 @@ def fewer_features(p, count: int) -> Step:
     kv, z = ("S'_i", "z'_i") if p.causal else ("KV'", "z'")
     return Step(f"OUTPUT_M{count}",
                 f"O' = r·φ'(Q)·{kv} / (r·φ'(Q)·{z} + eps), r = {m}/{count}",
-                Custom("seq_len", D_V, lambda i, b, env: formula(i, env, b),
-                       whole=None if p.causal else whole,
-                       per_row=formula if p.causal else None),
+                ByRow("seq_len", D_V, formula, whole=None if p.causal else whole),
                 f"Attention estimated from ω_1 … ω_{count} only: ' keeps the first {count} "
                 f"feature columns, and r turns their 1/m into 1/{count}.",
                 row_labels="tokens", col_labels="v")
@@ -296,13 +286,12 @@ def fewer_features(p, count: int) -> Step:
 def error_table(p) -> list[list]:
     """O' for each m' below m, then max |O' − O_softmax| for every m' and for m."""
     counts = prefix_counts(p)
-
-    def error(r: int, env) -> Cell:  # row r: m' = counts[r], the last row m itself
-        return error_cell(env, f"OUTPUT_M{counts[r]}" if r < len(counts) else "OUTPUT")
+    # row r: m' = counts[r], the last row m itself
+    estimates = [*(f"OUTPUT_M{c}" for c in counts), "OUTPUT"]
 
     return [[fewer_features(p, c) for c in counts],
             [Step("ERR_BY_M", "max |O' − O_softmax| for each m'",
-                  Custom(len(counts) + 1, 1, lambda r, _, env: error(r, env)),
+                  MaxAbsDiff.column(*((e, "OUTPUT_SOFTMAX") for e in estimates)),
                   "More features, smaller error: like 1/√m' once m' is large (×4 features, "
                   "½ the error); one draw of Ω, so not at every step.",
                   row_labels=[*counts, p.feature_count], col_labels=["max |Δ|"], corner="m'")]]

@@ -29,7 +29,7 @@ from sheets.encoder_block import excel_number, residual
 from sheets.multihead import W_K, W_O, W_Q, W_V
 from sheets.positional import ANGLES, ROTATION, rotated
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Input, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import BROADCAST, Input, Map, MatMul, Rows, Step, section
 from workbook_builder.sheet.declare import Table
 
 # SiLU(x) = x·σ(x), each branch's EXP of a non-positive number: no overflow at any x
@@ -54,7 +54,7 @@ class LlamaBlockParams(GroupedHeads):
 
 X = Input("X", "seq_len", "d_model", "hidden states entering the layer",
           note="One row per token; row p sits at position p (from 0).")
-RMS_WEIGHTS = {n: Input(f"RMS{n}_WEIGHT", 1, "d_model", "RMSNorm weight w", ["w"], "d")
+RMS_WEIGHTS = {n: Input(f"RMS{n}_WEIGHT", BROADCAST, "d_model", "RMSNorm weight w", ["w"], "d")
                for n in (1, 2)}
 W_GATE = Input("W_GATE", "d_model", "d_ff", "gate weights", "d", "f")
 W_UP = Input("W_UP", "d_model", "d_ff", "up weights", "d", "f")

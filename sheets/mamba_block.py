@@ -23,7 +23,7 @@ from sheets._bands import X
 from sheets.encoder_block import excel_number, residual
 from sheets.ssm import A_STEP, SOFTPLUS, Ssm, discretised, read_out, scan_step
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import BROADCAST, ByRow, Input, Kind, Map, MatMul, Rows, Step, section
 from workbook_builder.sheet.declare import dims
 
 
@@ -57,7 +57,7 @@ def _x_proj_cols(p) -> list[str]:
 
 
 X_IN_BLOCK = dataclasses.replace(X, title="hidden states x", note="One row per token.")
-NORM_W = Input("NORM_W", 1, "d_model", "RMSNorm weight γ", ["γ"], "d")
+NORM_W = Input("NORM_W", BROADCAST, "d_model", "RMSNorm weight γ", ["γ"], "d")
 W_IN = Input("W_IN", "d_model", lambda p: 2 * p.d_inner, "in_proj weights", "d", _in_cols,
              note="One nn.Linear, transposed: the first E columns make the x branch, the "
                   "last E the gate z.")
@@ -88,19 +88,16 @@ def conv_terms(t: int, k: int, tap, x_in) -> list[str]:
     return [f"{tap(j)}*{x_in(t - (k - 1) + j)}" for j in range(k) if t - (k - 1) + j >= 0]
 
 
-def conv_cell(t: int, c: int, env) -> str:
-    """conv[t, c] = Σ_j CONV_W[j, c]·X_IN[t−k+1+j, c] + CONV_B[c]."""
-    w, x_in = env["CONV_W"], env["X_IN"]
+def conv(t: int, env, c: int | None) -> str:
+    """conv[t, c] = Σ_j CONV_W[j, c]·X_IN[t−k+1+j, c] + CONV_B[c]; the whole row t (c
+    None) as one array formula: whole rows of taps times whole rows of X_IN."""
+    w, x_in, b = env["CONV_W"], env["X_IN"], env["CONV_B"]
+    if c is None:
+        terms = conv_terms(t, env.params.conv_kernel, w.row, x_in.row)
+        return "=" + "+".join(terms) + f"+{b.whole()}"
     terms = conv_terms(t, env.params.conv_kernel, lambda j: w.fixed(j, c),
                        lambda row: x_in.cell(row, c))
-    return "=" + "+".join(terms) + f"+{env['CONV_B'].col(c)}"
-
-
-def conv_row(t: int, env) -> str:
-    """Row t of CONV as one array formula: whole rows of taps times whole rows of X_IN."""
-    w, x_in = env["CONV_W"], env["X_IN"]
-    terms = conv_terms(t, env.params.conv_kernel, w.row, x_in.row)
-    return "=" + "+".join(terms) + f"+{env['CONV_B'].whole()}"
+    return "=" + "+".join(terms) + f"+{b.col(c)}"
 
 
 class MambaBlock(Kind):
@@ -165,7 +162,7 @@ class MambaBlock(Kind):
                     "outputs: the same as zeros before the first token",
                     [CONV_W, CONV_B],
                     [Step("CONV", "c_t = Σ_j w_j ⊙ x_{t−k+1+j} + b",
-                          Custom("seq_len", "d_inner", conv_cell, per_row=conv_row),
+                          ByRow("seq_len", "d_inner", conv),
                           "Each channel mixes its last k values; rows before the first token "
                           "count as 0, so early rows have fewer terms.", row_labels="tokens",
                           col_labels="d"),

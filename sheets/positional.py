@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from reference.positional import positional_ref
 from sheets._bands import QUERY_KEY, W_K, W_Q, position_label_sets
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
+from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Reduce, Step, section
 from workbook_builder.sheet.declare import Size
 from workbook_builder.sheet.refs import range_ref
 
@@ -80,10 +80,6 @@ def rel_diff_whole(env):  # the same as REL less its last row/column minus REL l
     top, bottom = (range_ref(rel.top + k, rel.left + k, rel.top + k + last,
                              rel.left + k + last, fix_row=True, fix_col=True) for k in (0, 1))
     return f"=ABS({top}-{bottom})"
-
-
-def rel_gap_cell(i, j, env):  # max over REL_DIFF
-    return f"=MAX({env['REL_DIFF'].whole()})"
 
 
 def _below_last(p):  # REL_DIFF compares positions m and m+1: m = 0 … n−2
@@ -193,7 +189,7 @@ class Positional(Kind):
                       "Zero up to rounding: moving both tokens by one position leaves their "
                       "score unchanged.",
                       row_labels=_below_last, col_labels=_below_last, corner="m\\n"),
-                 Step("REL_GAP", "max |difference|", Custom(1, 1, rel_gap_cell),
+                 Step("REL_GAP", "max |difference|", Reduce("=MAX({REL_DIFF})"),
                       "The largest change of any score when both positions shift by one: "
                       "about 1e-16, i.e. exactly relative. Edit X or W_Q/W_K and it stays ≈ 0.",
                       row_labels=["max"], col_labels=["gap"])]),

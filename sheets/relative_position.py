@@ -35,7 +35,17 @@ from sheets._bands import (
 )
 from sheets.multihead import W_K, W_O, W_Q, W_V
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Step, section
+from workbook_builder.sheet import (
+    BROADCAST,
+    ByRow,
+    Input,
+    Kind,
+    Map,
+    MatMul,
+    MatMulT,
+    Step,
+    section,
+)
 
 BIASES = ["alibi", "t5"]
 # C = 2^(p−24) + 1, Veltkamp's constant that leaves 24 of the engine's p bits: 2^29 + 1 in
@@ -162,7 +172,8 @@ def float32_table() -> list[Step]:
     return [
         # c = f32(ln(max_distance / e))
         Step("LOG_RANGE", "c = f32(ln({max_distance}/{max_exact}))",
-             Map("=" + f32("LN({max_distance}/{max_exact})"), rows=1, cols=1, per_cell=True),
+             Map("=" + f32("LN({max_distance}/{max_exact})"), rows=BROADCAST, cols=BROADCAST,
+                 per_cell=True),
              "The log of the range the log buckets cover; transformers casts this Python "
              "float to float32.", row_labels=["c"], col_labels=["f32"],
              number_format="0.0000000"),
@@ -234,8 +245,10 @@ def bucket_step(p) -> Step:
     last, half = p.direction_buckets - 1, p.direction_buckets
     rule = f"d if d < {{max_exact}} else min({last}, {{max_exact}} + ⌊x_d⌋)"
     equation = f"d = −min(r, 0);  {rule}" if p.causal else f"{half}·[r > 0] + ({rule}),  d = |r|"
-    return Step("BUCKET", equation, Custom("seq_len", "seq_len", bucket_cell,
-                                           per_row=bucket_row),
+    def bucket(i, env, j):  # cell (i, j), or the whole row i (j None)
+        return bucket_row(i, env) if j is None else bucket_cell(i, j, env)
+
+    return Step("BUCKET", equation, ByRow("seq_len", "seq_len", bucket),
                 "T5's bucket of each offset: one per distance below max_exact, then "
                 "logarithmically wider ones up to max_distance." +
                 ("" if p.causal else " Keys after the query use the upper half.") +
@@ -245,30 +258,29 @@ def bucket_step(p) -> Step:
 
 
 # -- per-head bias ---------------------------------------------------------------------------
-def alibi_bias(h: int) -> Custom:
+def alibi_bias(h: int) -> ByRow:
     """BIAS_h = −m_h·|j − i|."""
-    def each(i, j, env):
+    def each(i, env, j):
         return f"=-{env['SLOPES'].fixed(0, h)}*ABS({env['REL_POS'].cell(i, j)})"
 
     def whole(env):
         return f"=-{env['SLOPES'].fixed(0, h)}*ABS({env['REL_POS'].whole()})"
 
-    return Custom("seq_len", "seq_len", each, whole=whole)
+    return ByRow("seq_len", "seq_len", each, whole=whole)
 
 
-def t5_bias(h: int) -> Custom:
+def t5_bias(h: int) -> ByRow:
     """BIAS_h[i,j] = BIAS_TABLE[bucket_ij, h]: INDEX per cell (it counts from 1); in
     `blocks` one array formula per row picks the entry whose bucket label matches, as
     column h of the table times a 0/1 match matrix (INDEX takes no array of rows portably)."""
-    def each(i, j, env):
-        return f"=INDEX({env['BIAS_TABLE'].whole()},{env['BUCKET'].cell(i, j)}+1,{h + 1})"
-
-    def per_row(i, env):
+    def row(i, env, j):  # cell (i, j), or the whole row i (j None)
         table = env["BIAS_TABLE"]
-        return (f"=MMULT(TRANSPOSE({table.col(h)}),"
-                f"0+({table.row_labels()}={env['BUCKET'].row(i)}))")
+        if j is None:
+            return (f"=MMULT(TRANSPOSE({table.col(h)}),"
+                    f"0+({table.row_labels()}={env['BUCKET'].row(i)}))")
+        return f"=INDEX({table.whole()},{env['BUCKET'].cell(i, j)}+1,{h + 1})"
 
-    return Custom("seq_len", "seq_len", each, per_row=per_row)
+    return ByRow("seq_len", "seq_len", row)
 
 
 def head_band(h: int, p) -> list[Step]:

@@ -20,6 +20,7 @@ from reference.scaling import scaling_ref
 from sheets._bands import QUERY_KEY, positions_from_1, softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
+    ByRow,
     Cell,
     Chart,
     Custom,
@@ -27,9 +28,12 @@ from workbook_builder.sheet import (
     Kind,
     Map,
     MatMulT,
+    MaxAbsDiff,
+    Reduce,
     Rows,
     Series,
     Step,
+    row_or_cell,
     section,
 )
 
@@ -89,11 +93,11 @@ OFF_DIAG = Step("OFF_DIAG", "1 − I: 1 if j ≠ k else 0", Map("=1-{I}", I="EYE
 
 def variance(name: str, equation: str, source: str, explanation: str) -> Step:
     """var = Σ S²/n² − (Σ S/n²)²: the population variance of every entry of `source`."""
-    def cell(i, j, env):
-        s, count = env[source].whole(), env.params.seq_len ** 2
-        return f"=SUMPRODUCT({s},{s})/{count}-(SUM({s})/{count})^2"
+    def template(p) -> str:
+        count = p.seq_len ** 2
+        return f"=SUMPRODUCT({{S}},{{S}})/{count}-(SUM({{S}})/{count})^2"
 
-    return Step(name, equation, Custom(1, 1, cell), explanation, row_labels=[""],
+    return Step(name, equation, Reduce(template, S=source), explanation, row_labels=[""],
                 col_labels=["var"])
 
 
@@ -125,15 +129,12 @@ def jacobian_steps(sfx: str) -> list[Step]:
     |entry| and Frobenius norm, and every row's Frobenius norm."""
     weights, jac = f"WEIGHTS{sfx}", f"JAC{sfx}"
 
-    def jac_cell(j, k, env):  # J_jk = I_jk·a_j − a_j·a_k
-        a_j, a_k = weight(env, weights, 0, j), weight(env, weights, 0, k)
-        return f"={env['EYE'].cell(j, k)}*{a_j}-{a_j}*{a_k}"
-
-    def jac_row(j, env):  # row j of J: I_j·a_j − a_j·a
+    def jac_row(j, env, k):  # J_jk = I_jk·a_j − a_j·a_k; row j (k None): I_j·a_j − a_j·a
         a_j = weight(env, weights, 0, j)
-        return f"={env['EYE'].row(j)}*{a_j}-{a_j}*{env[weights].row(0)}"
+        a_k = env[weights].row(0) if k is None else weight(env, weights, 0, k)
+        return f"={row_or_cell(env['EYE'], j, k)}*{a_j}-{a_j}*{a_k}"
 
-    def row_norm(i, j, env):  # ‖J_i‖² = Σ_j (a_j − a_j²)² + Σ_j a_j²·Σ_{k≠j} a_k²
+    def row_norm(i, env, _):  # ‖J_i‖² = Σ_j (a_j − a_j²)² + Σ_j a_j²·Σ_{k≠j} a_k²
         a = env[weights].row(i)
         return Cell(f"=SQRT(SUMPRODUCT(({a}-{a}*{a})^2)"
                     f"+SUMPRODUCT({a}*{a},MMULT({a}*{a},{env['OFF_DIAG'].whole()})))",
@@ -146,24 +147,22 @@ def jacobian_steps(sfx: str) -> list[Step]:
              col_labels=["max"]),
         # J = diag(a) − a·aᵀ, a = row 1 of the weights
         Step(jac, "J = diag(a) − a·aᵀ,  a = row 1 of A",
-             Custom("seq_len", "seq_len", jac_cell, per_row=jac_row),
+             ByRow("seq_len", "seq_len", jac_row),
              "∂a_j/∂s_k for query 1: how each weight moves when a score moves. This is the "
              "gradient the softmax passes back.", row_labels="a", col_labels="s",
              corner="∂a\\∂s"),
         # max_jk |J_jk|
         Step(f"JAC_MAX{sfx}", "max |J_jk|",
-             Custom(1, 1, lambda i, j, env: Cell(f"=MAX(ABS({env[jac].whole()}))",
-                                                 array=True)),
+             MaxAbsDiff(jac),
              "Largest entry of J in size (at most 1/4).", row_labels=[""], col_labels=["max"]),
         # ‖J‖_F = √Σ J²
         Step(f"JAC_NORM{sfx}", "‖J‖_F = √Σ J_jk²",
-             Custom(1, 1, lambda i, j, env: f"=SQRT(SUMPRODUCT({env[jac].whole()},"
-                                            f"{env[jac].whole()}))"),
+             Reduce("=SQRT(SUMPRODUCT({J},{J}))", J=jac),
              "Frobenius norm of J: the size of the whole gradient.", row_labels=[""],
              col_labels=["‖J‖_F"]),
         # ‖J_i‖_F = √(Σ_j (a_j − a_j²)² + Σ_j a_j²·Σ_{k≠j} a_k²), a = row i
         Step(f"ROW_JAC_NORM{sfx}", "‖J_i‖_F = √(Σ_j (a_j − a_j²)² + Σ_j a_j²·Σ_{k≠j} a_k²)",
-             Custom("seq_len", 1, row_norm),
+             ByRow("seq_len", 1, row_norm, per_cell=True),
              "The Frobenius norm of the Jacobian of every row, without writing it out: "
              "its diagonal plus its off-diagonal part (row 1 equals the norm beside).",
              col_labels=["‖J_i‖_F"]),

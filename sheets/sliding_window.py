@@ -28,7 +28,7 @@ from sheets._bands import (
     weights_chart,
 )
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Cell, Custom, Input, Kind, Step, section
+from workbook_builder.sheet import BROADCAST, ByRow, Cell, Input, Kind, Step, section
 
 
 def parse_global(text: str) -> list[int]:
@@ -111,7 +111,7 @@ RANDOM_KEYS = Input(
 
 
 # R_kj = 1 if key j (the column label) is one of block k's picks in RANDOM_KEYS
-def random_cell(k, j, env):
+def random_cell(k, env, j):
     picks = env["RANDOM_KEYS"]
     tests = [f"{picks.fixed(k, r)}={env.me.col_label(j)}" for r in range(picks.cols)]
     return f"=IF({tests[0]},1,0)" if len(tests) == 1 else f"=IF(OR({','.join(tests)}),1,0)"
@@ -124,7 +124,7 @@ def random_whole(env):  # each pick column (blocks×1) against the key labels (1
 
 
 # g_i = 1 if position i (the row label) is listed in --global
-def global_cell(i, j, env):
+def global_cell(i, env, _):
     tests = ",".join(f"{env.me.row_label(i)}={g}" for g in env.params.global_positions)
     return f"=IF(OR({tests}),1,0)"
 
@@ -137,7 +137,10 @@ def global_whole(env):  # OR would collapse an array to one value; a sum of test
 
 # M_ij = 1 if |j − i| ≤ w or g_i = 1 or g_j = 1 or R_{⌊i/b⌋ j} = 1; the labels are the
 # 0-based positions
-def mask_cell(i, j, env):
+def mask_cell(i, env, j):
+    """Cell (i, j) of the mask; with random keys, the whole row i when j is None."""
+    if j is None:
+        return mask_row(i, env)
     p = env.params
     band = f"ABS({env.me.col_label(j)}-{env.me.row_label(i)})<={p.window}"
     if not p.global_positions and not p.random:
@@ -172,7 +175,7 @@ def mask_row(i, env):  # with random keys: row i adds the RANDOM row of its bloc
 # m_i = max_{j: M_ij=1} S_ij: a single-cell array formula per row (MAX over an IF). A masked
 # entry stands in as S_ii, the row's own score, which is always allowed: no sentinel, so
 # no score however large or small can be outranked by a fill value
-def row_max_cell(i, j, env):
+def row_max_cell(i, env, _):
     scaled = env["SCALED"]
     return Cell(f"=MAX(IF({env['MASK'].row(i)}=1,{scaled.row(i)},{scaled.fixed(i, i)}))",
                 array=True)
@@ -184,7 +187,8 @@ def masked_softmax() -> list:
     row_max, exp, row_sum, weights = softmax_steps(mask="MASK")
     return [
         replace(row_max, equation="m_i = max_{j: M_ij=1} (S/√d_k)_ij",
-                formula=Custom("seq_len", 1, row_max_cell), row_labels="tokens",
+                formula=ByRow("seq_len", BROADCAST, row_max_cell, per_cell=True),
+                row_labels="tokens",
                 explanation="Largest allowed score of each row (an array formula: MAX over "
                             "IF(mask=1, score, own score)); a masked entry counts as the "
                             "row's own score, which every row allows."),
@@ -286,14 +290,14 @@ class SlidingWindow(Kind):
     def sections(cls, p):
         shown = ", ".join(map(str, p.global_positions)) or "none"
         flags = [Step("GLOBAL", "g_i = 1 if i is a global position",
-                      Custom("seq_len", 1, global_cell, whole=global_whole),
+                      ByRow("seq_len", 1, global_cell, whole=global_whole),
                       "Global tokens (e.g. [CLS]) attend to every token and every token "
                       "attends to them.", row_labels="positions", col_labels=["global"],
                       corner="position")] if p.global_positions else []
         picks = [RANDOM_KEYS, Step(
             "RANDOM", "R_kj = 1 if key j is a random key of block k",
-            Custom(lambda q: len(query_blocks(q)), "seq_len", random_cell,
-                   whole=random_whole),
+            ByRow(lambda q: len(query_blocks(q)), "seq_len", random_cell,
+                  whole=random_whole),
             "BigBird's random attention: row k marks the keys picked for query block k in "
             "RANDOM_KEYS; every query of the block sees them.",
             row_labels=query_block_labels, col_labels="positions",
@@ -301,9 +305,8 @@ class SlidingWindow(Kind):
         equation = "1 if |j − i| ≤ {window}" + (" or i, j global" if flags else "") + \
             (" or R[⌊i/{block_size}⌋, j] = 1" if picks else "")
         mask = Step("MASK", equation,
-                    Custom("seq_len", "seq_len", mask_cell,
-                           whole=None if picks else mask_whole,
-                           per_row=mask_row if picks else None),
+                    ByRow("seq_len", "seq_len", mask_cell,
+                          whole=None if picks else mask_whole),
                     "The band: query i sees keys within w positions on either side, plus "
                     "the global tokens" + (" and the random keys of its block" if picks
                                            else "") +

@@ -25,7 +25,6 @@ from reference.ssm import ssm_ref
 from sheets._bands import COST_ZH, Cost, cost_section
 from sheets.attention import Attention
 from workbook_builder.sheet import (
-    Block,
     Chart,
     Custom,
     Example,
@@ -33,9 +32,11 @@ from workbook_builder.sheet import (
     Kind,
     Map,
     MatMul,
+    Scan,
     Section,
     Series,
     Step,
+    row_or_cell,
     section,
 )
 from workbook_builder.sheet.kind import complete_inputs, make_params
@@ -102,10 +103,12 @@ def delta_b_u_channel(d: int, env) -> str:
     return f"={env['DELTA'].col(d)}*{env['U'].col(d)}*{env['B_SEL'].whole()}"
 
 
-def scan(t: int, env, at) -> str:
-    """Row t of H, each block read by at(block, row); row 1 is B̄_1 u_1 because h_0 = 0."""
-    bu = at(env["DELTA_B_U"], t)
-    return f"={bu}" if t == 0 else f"={at(env['A_BAR'], t)}*{at(env.me, t - 1)}+{bu}"
+def scan(t: int, env, k: int | None) -> str:
+    """Row t of H (its column k, or the whole row); row 1 is B̄_1 u_1 because h_0 = 0."""
+    bu = row_or_cell(env["DELTA_B_U"], t, k)
+    if t == 0:
+        return f"={bu}"
+    return f"={row_or_cell(env['A_BAR'], t, k)}*{row_or_cell(env.me, t - 1, k)}+{bu}"
 
 
 def y_cell(t: int, d: int, env) -> str:
@@ -156,9 +159,7 @@ def scan_step(channels: str = "d_model") -> Step:
     """h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: one formula per row in `blocks`, reading the row
     above."""
     return Step("H", "h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t,   h_0 = 0",
-                Custom("seq_len", partial(state_count, channels=channels),
-                       lambda t, k, env: scan(t, env, lambda block, row: block.cell(row, k)),
-                       per_row=lambda t, env: scan(t, env, Block.row)),
+                Scan("seq_len", partial(state_count, channels=channels), scan),
                 "The hidden state: N numbers per channel, updated once per row. Work and "
                 "cells grow linearly with the sequence length.", row_labels="tokens",
                 col_labels=partial(state_cols, channels=channels))

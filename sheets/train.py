@@ -28,7 +28,8 @@ from sheets._bands import CAUSAL_MASK, QUERY_KEY, positions_from_1, softmax_step
 from sheets.encoder_block import excel_number
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
-    Cell,
+    BROADCAST,
+    ByRow,
     Chart,
     Custom,
     Env,
@@ -37,12 +38,13 @@ from workbook_builder.sheet import (
     Map,
     MatMul,
     MatMulT,
+    MatTMul,
+    Reduce,
     Rows,
     Series,
     Step,
     section,
 )
-from workbook_builder.sheet.declare import Array, Formula
 
 OPTIMIZERS = ("sgd", "adam")
 WEIGHTS = ("W_Q", "W_K", "W_V", "W_OUT")
@@ -120,9 +122,9 @@ X = Step("X", "X = [one-hot t_i | one-hot i | one-hot p_i]",
          "Each row holds three ones: its token, its position and the position it must look "
          "at.", row_labels=positions_from_1, col_labels=x_labels)
 # y_i = t_{p_i}: INDEX counts from 1, as the positions do
-TARGET = Step("TARGET", "y_i = t_{p_i}", Custom(
-    "seq_len", 1, lambda i, j, env: f"=INDEX({env['TOKEN_IDS'].col(0)},"
-                                    f"{env['LOOK_AT'].cell(i, 0)},1)"),
+TARGET = Step("TARGET", "y_i = t_{p_i}", ByRow(
+    "seq_len", BROADCAST, lambda i, env, _: f"=INDEX({env['TOKEN_IDS'].col(0)},"
+                                            f"{env['LOOK_AT'].cell(i, 0)},1)", per_cell=True),
     "The token each position must output: the one at the position it looks at.",
     row_labels=positions_from_1, col_labels=["y"], number_format="0")
 # Y_iv = 1 if v = y_i
@@ -130,29 +132,6 @@ Y = Step("Y", "Y_iv = 1 if v = y_i else 0",
          Map("=IF({COL_LABEL}={T},1,0)", rows="seq_len", cols="vocab", T="TARGET"),
          "The targets as one-hot rows over the token ids.", row_labels=positions_from_1,
          col_labels=token_ids)
-
-
-# -- products the backward pass needs: Aᵀ·B ------------------------------------------------
-@dataclass(frozen=True)
-class MatTMul(Formula):
-    """C = Aᵀ·B: cell (i, j) is the dot product of column i of A with column j of B."""
-
-    a: str
-    b: str
-
-    def shape(self, env):
-        return env[self.a].cols, env[self.b].cols
-
-    def labels(self, env):
-        return env.labels[self.a][1], env.labels[self.b][1]
-
-    def cell(self, i, j, env):
-        return Cell(f"=SUMPRODUCT({env[self.a].col(i)},{env[self.b].col(j)})")
-
-    def arrays(self, env) -> list[Array]:
-        me = env.me
-        return [Array(0, 0, me.rows - 1, me.cols - 1,
-                      f"=MMULT(TRANSPOSE({env[self.a].whole()}),{env[self.b].whole()})")]
 
 
 # -- one step --------------------------------------------------------------------------------
@@ -193,7 +172,7 @@ def forward(p, run: Run, t: int) -> list[list]:
     logits, lmax, lexp, lsum = (n(b, t) for b in ("LOGITS", "LOGIT_MAX", "LOGIT_EXP",
                                                   "LOGIT_SUM"))
 
-    def nll(i, j, env):  # −ln p_{i,y_i} = m_i + ln ℓ_i − z_{i,y_i}
+    def nll(i, env, _):  # −ln p_{i,y_i} = m_i + ln ℓ_i − z_{i,y_i}
         return (f"={env[lmax].cell(i, 0)}+LN({env[lsum].cell(i, 0)})"
                 f"-SUMPRODUCT({env['Y'].row(i)},{env[logits].row(i)})")
 
@@ -216,12 +195,11 @@ def forward(p, run: Run, t: int) -> list[list]:
          Step(n("PROBS", t), "P = E / ℓ", Map("={E}/{L}", E=lexp, L=lsum),
               "The model's probability of every token id at each position.", heatmap=True),
          Step(n("NLL", t), "−ln P_i,y_i = m_i + ln ℓ_i − Σ_v Y_iv·Z_iv",
-              Custom("seq_len", 1, nll),
+              ByRow("seq_len", 1, nll, per_cell=True),
               "Cross-entropy of each position, from the logits (no log of a tiny P).",
               col_labels=["−ln p"]),
          Step(n("LOSS", t), "L = Σ_i NLL_i / n",
-              Custom(1, 1, lambda i, j, env: f"=SUM({env[n('NLL', t)].whole()})/"
-                                             f"{env.params.seq_len}"),
+              Reduce("=SUM({NLL})/{seq_len}", NLL=n("NLL", t)),
               "The loss of this step: the mean cross-entropy over the positions.",
               row_labels=[t], col_labels=["L"])],
     ]
@@ -317,20 +295,21 @@ def step_sections(p, run: Run, t: int) -> list:
 # -- the curves ------------------------------------------------------------------------------
 def curve_steps(p, run: Run) -> list[Step]:
     """LOSS: L of every step; GRAD_NORM: ‖dW_Q‖_F of every step."""
-    def loss(i, j, env):
+    def loss(i, env, _):
         return f"={env[run.name('LOSS', i + 1)].fixed(0, 0)}"
 
-    def norm(i, j, env):
+    def norm(i, env, _):
         grad = env[run.name("D_W_Q", i + 1)].whole()
         return f"=SQRT(SUMPRODUCT({grad},{grad}))"
 
     which = "" if not p.compare_scale else " (with 1/√d_k)" if run.scaled else \
         " (without 1/√d_k)"  # the same words as the step sections, translated once
-    return [Step(f"LOSS{run.suffix}", "L at each step" + which, Custom("steps", 1, loss),
+    return [Step(f"LOSS{run.suffix}", "L at each step" + which,
+                 ByRow("steps", 1, loss, per_cell=True),
                  "The loss of every step, before its update: the curve beside.",
                  row_labels=steps_from_1, col_labels=["L"], corner="step"),
             Step(f"GRAD_NORM{run.suffix}", "‖dW_Q‖_F at each step" + which,
-                 Custom("steps", 1, norm),
+                 ByRow("steps", 1, norm, per_cell=True),
                  "The size of the query weights' gradient: how fast attention can learn "
                  "where to look.", row_labels=steps_from_1, col_labels=["‖dW_Q‖"],
                  corner="step")]

@@ -2,6 +2,8 @@
 
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.declare import (
+    BROADCAST,
+    ByRow,
     Cell,
     Chart,
     Custom,
@@ -11,17 +13,23 @@ from workbook_builder.sheet.declare import (
     Map,
     MatMul,
     MatMulT,
+    MatTMul,
+    MaxAbsDiff,
+    Reduce,
     Rows,
+    Scan,
     Section,
     Series,
     Step,
     Table,
     dims,
+    row_or_cell,
     rows_of,
     section,
 )
 from workbook_builder.sheet.kind import Example, Kind
 
-__all__ = ["Block", "Cell", "Chart", "Custom", "Dim", "Env", "Example", "Input",
-           "Kind", "Map", "MatMul",
-           "MatMulT", "Rows", "Section", "Series", "Step", "Table", "dims", "rows_of", "section"]
+__all__ = ["BROADCAST", "Block", "ByRow", "Cell", "Chart", "Custom", "Dim", "Env", "Example",
+           "Input", "Kind", "Map", "MatMul", "MatMulT", "MatTMul", "MaxAbsDiff", "Reduce",
+           "Rows", "Scan", "Section", "Series", "Step", "Table", "dims", "row_or_cell",
+           "rows_of", "section"]

@@ -7,17 +7,26 @@ user may edit) or a `Step` (a formula block). A step's formula is one object tha
 both layouts: a cell reference per cell in `cells`, the whole block in `blocks`.
 
 Placeholders in formula templates:
-    {NAME}        a block (upper case): the cell this cell reads in `cells` (a 1-row or
-                  1-column block broadcasts along the missing axis), the whole block in
-                  `blocks`; aliases bind short names to blocks: Map("={P}/{L}", P="EXP")
+    {NAME}        a block (upper case): the cell this cell reads in `cells` (a block
+                  declared BROADCAST rows or columns is read along its one row or column),
+                  the whole block in `blocks`; aliases bind short names to blocks:
+                  Map("={P}/{L}", P="EXP")
     {ROW_LABEL}   this block's row label (its column label: {COL_LABEL}), e.g. a position
     {param}       a parameter (lower case), e.g. {d_k}
-Sizes are parameter names ("seq_len"), numbers, or functions of the parameters; a size
-given as a name is also what `build` infers from an input given by hand.
+Sizes are parameter names ("seq_len"), numbers, functions of the parameters, or
+BROADCAST: one row (as `rows`) or one column (as `cols`) that every row or column of a
+larger block reads, as a bias row or a row max does. Only BROADCAST broadcasts: a size that
+is 1 by number or by function is read cell for cell. A size given as a name is also what
+`build` infers from an input given by hand.
+
+A kind's sections are checked as they are drawn (`checked_sections`; `Kind` wraps every
+kind's `sections`), so before anything of them is planned or written: a slot naming no
+block or parameter, or blocks whose shapes do not fit, is a ValueError naming the kind, the
+step and the template.
 """
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +43,17 @@ class Dim:
     value: Callable[[Any], int]
 
 
-Size = str | int | Dim | Callable[[Any], int]
+class Broadcast:
+    """The size of a block that is one row (as `rows`) or one column (as `cols`) read by
+    every row (column) of the larger blocks it is combined with: BROADCAST."""
+
+    def __repr__(self) -> str:
+        return "BROADCAST"
+
+
+BROADCAST = Broadcast()
+
+Size = str | int | Dim | Broadcast | Callable[[Any], int]
 # a named label set of the sheet ("tokens", "src", …), a prefix numbered along the axis
 # ("d" -> d1, d2, …), an explicit list, or a function of the parameters
 Labels = str | Sequence | Callable[[Any], Sequence]
@@ -44,6 +63,8 @@ _SELF_LABELS = {"ROW_LABEL", "COL_LABEL"}
 
 
 def size_of(size: Size, params) -> int:
+    if isinstance(size, Broadcast):
+        return 1
     if isinstance(size, Dim):
         return int(size.value(params))
     if isinstance(size, str):
@@ -125,6 +146,51 @@ class Formula:
     def arrays(self, env: Env) -> list[Array] | None:
         return None
 
+    def check(self, env: Env) -> None:
+        """Raise ValueError if the formula reads a block or parameter that does not exist,
+        or blocks whose shapes do not fit; by default its shape must be computable."""
+        self.shape(env)
+
+    def describe(self) -> str:
+        """The formula as an error message names it."""
+        return type(self).__name__
+
+
+def block_named(env: Env, name: str) -> Block:
+    """The block `name` placed before this step, or a ValueError saying there is none."""
+    try:
+        return env[name]
+    except KeyError:
+        raise ValueError(f"no block {name} is placed before this step") from None
+
+
+def check_slots(template: str, aliases: Mapping[str, str], env: Env,
+                self_labels: bool = True) -> None:
+    """Every {slot} of a template names a block placed so far, a parameter, or (where
+    allowed) this block's own labels."""
+    for slot in _PLACEHOLDER.findall(template):
+        if self_labels and slot in _SELF_LABELS:
+            continue
+        name = aliases.get(slot, slot)
+        if name.isupper():
+            block_named(env, name)
+        elif not hasattr(env.params, name):
+            raise ValueError(f"{{{slot}}} names no block and no parameter")
+
+
+def check_broadcast(env: Env, names: Sequence[str], rows: int, cols: int) -> None:
+    """Each block is rows × cols, or one row (column) declared BROADCAST along that axis."""
+    for name in names:
+        block = block_named(env, name)
+        along_rows, along_cols = reads_along(env, block)
+        fits_rows = block.rows == rows or (along_rows and block.rows == 1)
+        fits_cols = block.cols == cols or (along_cols and block.cols == 1)
+        if not (fits_rows and fits_cols):
+            hint = " (a single row or column broadcasts only when declared BROADCAST)" \
+                if 1 in (block.rows, block.cols) else ""
+            raise ValueError(f"{name} is {block.rows}×{block.cols}, which does not "
+                             f"broadcast to {rows}×{cols}{hint}")
+
 
 def _whole_block(env: Env, text: str) -> list[Array]:
     """One array formula over the whole block being written."""
@@ -145,10 +211,18 @@ def _broadcast_ref(block: Block, vector: str | None, i: int, j: int) -> str:
 
 def vector_kind(rows: Size | None, cols: Size | None,
                 formula: Formula | None = None) -> str | None:
-    """"one", "col" or "row" for a block declared with a literal size 1 (or produced per
-    row), else None."""
-    one_row, one_col = rows == 1, cols == 1 or isinstance(formula, Rows)
+    """"one", "col" or "row" for a block declared with BROADCAST rows and/or columns (a
+    `Rows` block is a column that broadcasts), else None."""
+    one_row = isinstance(rows, Broadcast)
+    one_col = isinstance(cols, Broadcast) or isinstance(formula, Rows)
     return "one" if one_row and one_col else "col" if one_col else "row" if one_row else None
+
+
+def reads_along(env: Env, block: Block) -> tuple[bool, bool]:
+    """Whether `block` broadcasts along rows (one row read by every row) and along
+    columns, as declared."""
+    vector = env.vectors.get(block.name)
+    return vector in ("row", "one"), vector in ("col", "one")
 
 
 @dataclass(frozen=True)
@@ -185,6 +259,18 @@ class Map(Formula):
             return size_of(self.rows, env.params), size_of(self.cols, env.params)
         blocks = [env[name] for name in self._refs(env)]
         return max(b.rows for b in blocks), max(b.cols for b in blocks)
+
+    def check(self, env):
+        check_slots(self.template, self.aliases, env)
+        if self.labels_from is not None:
+            block_named(env, self.labels_from)
+        if not self._refs(env) and (self.rows is None or self.cols is None):
+            raise ValueError("reads no block, so it needs rows and cols")
+        check_broadcast(env, self._refs(env), *self.shape(env))
+
+    def describe(self):
+        aliases = "".join(f", {k}={v!r}" for k, v in self.aliases.items())
+        return f"Map({self.template!r}{aliases})"
 
     def labels(self, env):
         if self.labels_from is not None:
@@ -231,8 +317,9 @@ class Map(Formula):
 @dataclass(frozen=True)
 class Rows(Formula):
     """A formula per row reading whole rows, e.g. Rows("=SUM({P})", P="EXP"): {NAME} is
-    row i of the block (a 1-row block: its only row). `upto(i)` ends the rows at column
-    upto(i) (a causal prefix). One formula per cell in both layouts; the block is n×1."""
+    row i of the block (a block declared BROADCAST rows: its only row). `upto(i)` ends the
+    rows at column upto(i) (a causal prefix). One formula per cell in both layouts; the
+    block is n×1 and broadcasts along the columns of the blocks it is combined with."""
 
     template: str
     aliases: Mapping[str, str] = field(default_factory=dict)
@@ -251,6 +338,21 @@ class Rows(Formula):
     def shape(self, env):
         return max(env[name].rows for name in self._names()), 1
 
+    def check(self, env):
+        check_slots(self.template, self.aliases, env, self_labels=False)
+        if not self._names():
+            raise ValueError("reads no block")
+        rows = self.shape(env)[0]
+        for name in self._names():
+            block = env[name]
+            if block.rows != rows and not (reads_along(env, block)[0] and block.rows == 1):
+                raise ValueError(f"{name} has {block.rows} rows, not {rows}, and is not "
+                                 f"declared BROADCAST rows")
+
+    def describe(self):
+        aliases = "".join(f", {k}={v!r}" for k, v in self.aliases.items())
+        return f"Rows({self.template!r}{aliases})"
+
     def labels(self, env):
         rows = self.shape(env)[0]
         first = next(n for n in self._names() if env[n].rows == rows)
@@ -262,7 +364,7 @@ class Rows(Formula):
             if not name.isupper():
                 return str(getattr(env.params, name))
             block = env[name]
-            row = 0 if block.rows == 1 else i
+            row = 0 if reads_along(env, block)[0] else i
             last = None if self.upto is None else self.upto(i)
             return block.row(row, 0, last)
 
@@ -282,6 +384,20 @@ class _Product(Formula):
         a, b = env[self.a], env[self.b]
         return a, b, self.a_cols or (0, a.cols - 1), self.b_cols or (0, b.cols - 1)
 
+    def _checked_slices(self, env):
+        a, b = block_named(env, self.a), block_named(env, self.b)
+        for block, (first, last) in ((a, self.a_cols or (0, a.cols - 1)),
+                                     (b, self.b_cols or (0, b.cols - 1))):
+            if not 0 <= first <= last < block.cols:
+                raise ValueError(f"columns {first}…{last} are not columns of {block.name} "
+                                 f"({block.cols} columns)")
+        return self._slices(env)
+
+    def describe(self):
+        slices = "".join(f", {k}={v}" for k, v in (("a_cols", self.a_cols),
+                                                   ("b_cols", self.b_cols)) if v)
+        return f"{type(self).__name__}({self.a}, {self.b}{slices})"
+
 
 @dataclass(frozen=True)
 class MatMul(_Product):
@@ -293,6 +409,17 @@ class MatMul(_Product):
     def shape(self, env):
         a, _, _, (b0, b1) = self._slices(env)
         return a.rows, b1 - b0 + 1
+
+    def check(self, env):
+        a, b, (a0, a1), (b0, b1) = self._checked_slices(env)
+        if a1 - a0 + 1 != b.rows:
+            raise ValueError(f"inner sizes disagree: {a.name} gives {a1 - a0 + 1} columns, "
+                             f"{b.name} has {b.rows} rows")
+        if self.plus is not None:
+            bias = block_named(env, self.plus)
+            if (bias.rows, bias.cols) != (1, b1 - b0 + 1):
+                raise ValueError(f"bias {bias.name} is {bias.rows}×{bias.cols}, not one row "
+                                 f"of {b1 - b0 + 1}")
 
     def labels(self, env):
         _, _, _, (b0, b1) = self._slices(env)
@@ -321,6 +448,12 @@ class MatMulT(_Product):
     def shape(self, env):
         return env[self.a].rows, env[self.b].rows
 
+    def check(self, env):
+        a, b, (a0, a1), (b0, b1) = self._checked_slices(env)
+        if a1 - a0 != b1 - b0:
+            raise ValueError(f"inner sizes disagree: {a.name} gives {a1 - a0 + 1} columns, "
+                             f"{b.name} gives {b1 - b0 + 1}")
+
     def labels(self, env):
         return env.labels[self.a][0], env.labels[self.b][0]
 
@@ -334,13 +467,181 @@ class MatMulT(_Product):
                                  f"TRANSPOSE({b.cols_range(b0, b1)}))")
 
 
+@dataclass(frozen=True)
+class MatTMul(Formula):
+    """C = Aᵀ·B: cell (i, j) is the dot product of column i of A with column j of B."""
+
+    a: str
+    b: str
+
+    def shape(self, env):
+        return env[self.a].cols, env[self.b].cols
+
+    def labels(self, env):
+        return env.labels[self.a][1], env.labels[self.b][1]
+
+    def check(self, env):
+        a, b = block_named(env, self.a), block_named(env, self.b)
+        if a.rows != b.rows:
+            raise ValueError(f"inner sizes disagree: {a.name} has {a.rows} rows, {b.name} "
+                             f"has {b.rows}")
+
+    def describe(self):
+        return f"MatTMul({self.a}, {self.b})"
+
+    def cell(self, i, j, env):
+        return Cell(f"=SUMPRODUCT({env[self.a].col(i)},{env[self.b].col(j)})")
+
+    def arrays(self, env):
+        return _whole_block(env, f"=MMULT(TRANSPOSE({env[self.a].whole()}),"
+                                 f"{env[self.b].whole()})")
+
+
+def row_or_cell(block: Block, i: int, j: int | None) -> str:
+    """Row i of a block (j None), else its cell (i, j): what a `ByRow` formula reads."""
+    return block.row(i) if j is None else block.cell(i, j)
+
+
+# row(i, env, j): the formula of row i for column j, or for the whole row when j is None
+RowFn = Callable[[int, Env, int | None], str | Cell]
+
+
+@dataclass(frozen=True)
+class ByRow(Formula):
+    """A block written row by row from one function `row(i, env, j)`: the formula of row
+    i for its column j (each cell in `cells` and `hand`) or, with j None, for the whole
+    row at once (one array formula per row in `blocks`). `whole(env)` writes the block
+    as one array formula in `blocks` instead; `per_cell` keeps one formula per cell there
+    too (a single-cell array formula a row max needs, an INDEX per row). With either,
+    `row` is never asked for a whole row."""
+
+    rows: Size
+    cols: Size
+    row: RowFn
+    whole: Callable[[Env], str] | None = None
+    per_cell: bool = False
+
+    def shape(self, env):
+        return size_of(self.rows, env.params), size_of(self.cols, env.params)
+
+    def cell(self, i, j, env):
+        got = self.row(i, env, j)
+        return got if isinstance(got, Cell) else Cell(got)
+
+    def arrays(self, env):
+        me = env.me
+        if self.per_cell:
+            return None
+        if self.whole is not None:
+            return _whole_block(env, self.whole(env))
+        return [Array(i, 0, i, me.cols - 1, self._text(self.row(i, env, None)))
+                for i in range(me.rows)]
+
+    @staticmethod
+    def _text(got: str | Cell) -> str:
+        return got.text if isinstance(got, Cell) else got
+
+
+class Scan(ByRow):
+    """A recurrence down the rows, e.g. h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: `row(t, env, j)`
+    reads rows of other blocks and this block's rows above t (`env.me`, through
+    `row_or_cell`). One rendering for every layout: a cell formula per cell in `cells` and
+    `hand`; in `blocks` one array formula per row, since a formula over the whole block
+    cannot read its own earlier rows."""
+
+    def __init__(self, rows: Size, cols: Size, row: RowFn):
+        super().__init__(rows, cols, row)
+
+
+@dataclass(frozen=True)
+class Reduce(Formula):
+    """One cell from whole blocks, e.g. Reduce("=SUM({NLL})/{seq_len}", NLL="NLL_T1"):
+    {NAME} is the whole block, {param} a parameter, in every layout; the template may be a
+    function of the parameters. `array` makes it a single-cell array formula (a function
+    such as ABS applied to a range needs it). The cell broadcasts, like a BROADCAST ×
+    BROADCAST block."""
+
+    template: str | Callable[[Any], str]
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    array: bool = False
+    rows: Size = field(default=BROADCAST, init=False)
+    cols: Size = field(default=BROADCAST, init=False)
+
+    def __init__(self, template: str | Callable[[Any], str], array: bool = False,
+                 **aliases: str):
+        object.__setattr__(self, "template", template)
+        object.__setattr__(self, "aliases", aliases)
+        object.__setattr__(self, "array", array)
+
+    def shape(self, env):
+        return 1, 1
+
+    def _template(self, params) -> str:
+        return self.template(params) if callable(self.template) else self.template
+
+    def check(self, env):
+        check_slots(self._template(env.params), self.aliases, env, self_labels=False)
+
+    def describe(self):
+        aliases = "".join(f", {k}={v!r}" for k, v in self.aliases.items())
+        return f"Reduce({self.template!r}{aliases})"
+
+    def cell(self, i, j, env):
+        def fill(match: re.Match) -> str:
+            name = self.aliases.get(match.group(1), match.group(1))
+            return env[name].whole() if name.isupper() else str(getattr(env.params, name))
+
+        return Cell(_PLACEHOLDER.sub(fill, self._template(env.params)), array=self.array)
+
+
+@dataclass(frozen=True)
+class MaxAbsDiff(Formula):
+    """max |A − B| over two blocks of one shape, in one cell (B None: max |A|); given
+    several pairs, `MaxAbsDiff.column`, one row per pair. A single-cell array formula in
+    every layout: ABS over a range needs array evaluation."""
+
+    pairs: tuple[tuple[str, str | None], ...]
+
+    def __init__(self, a: str, b: str | None = None):
+        object.__setattr__(self, "pairs", ((a, b),))
+
+    @classmethod
+    def column(cls, *pairs: tuple[str, str | None]) -> "MaxAbsDiff":
+        made = cls(*pairs[0])
+        object.__setattr__(made, "pairs", tuple(pairs))
+        return made
+
+    def shape(self, env):
+        return len(self.pairs), 1
+
+    def check(self, env):
+        for a, b in self.pairs:
+            block_a = block_named(env, a)
+            if b is not None:
+                block_b = block_named(env, b)
+                if (block_a.rows, block_a.cols) != (block_b.rows, block_b.cols):
+                    raise ValueError(f"{a} is {block_a.rows}×{block_a.cols} but {b} is "
+                                     f"{block_b.rows}×{block_b.cols}")
+
+    def describe(self):
+        return "MaxAbsDiff(" + "; ".join(a if b is None else f"{a}, {b}"
+                                         for a, b in self.pairs) + ")"
+
+    def cell(self, i, j, env):
+        a, b = self.pairs[i]
+        diff = env[a].whole() if b is None else f"{env[a].whole()}-{env[b].whole()}"
+        return Cell(f"=MAX(ABS({diff}))", array=True)
+
+
 CellFn = Callable[[int, int, Env], str | Cell]
 
 
 @dataclass(frozen=True)
 class Custom(Formula):
-    """The escape hatch for loops (a recurrence down the rows, tiles, pairings): explicit
-    functions of (i, j, env) for the cell, and of env for the `blocks` layout —
+    """The escape hatch where no other item says it (a reshape, a one-hot by column, a
+    table of numbers; a row formula is `ByRow`, a recurrence `Scan`, a check cell
+    `Reduce` or `MaxAbsDiff`): explicit functions of (i, j, env) for the cell, and of env
+    for the `blocks` layout —
     `whole` (one array formula), `per_row` (one per row, for a row that reads the row
     above) or `per_slice` = (width, fn(k, env)) (one per slice of `width` columns)."""
 
@@ -499,3 +800,43 @@ def section(title: Title, *bands: Item | Sequence[Item], bold: bool = True) -> S
 def dims(prefix: str, count: int, first: int = 1) -> list[str]:
     """Numbered labels: dims("d", 3) -> d1, d2, d3."""
     return [f"{prefix}{first + j}" for j in range(count)]
+
+
+def checked_sections(kind: str, sections: Iterable[Section], params) -> Iterator[Section]:
+    """The sections, each checked as it is drawn (a kind may declare them lazily): every
+    step's template must name blocks placed before it and parameters that exist, and its
+    blocks' shapes must fit (broadcast for `Map`, inner sizes for `MatMul`). A ValueError
+    names the kind, the step and the template."""
+    env = Env({}, {}, params)
+    for sec in sections:
+        for item in (item for band in sec.bands for item in band):
+            if isinstance(item, Input):
+                rows, cols = size_of(item.rows, params), size_of(item.cols, params)
+                vector = vector_kind(item.rows, item.cols)
+            elif isinstance(item, Step):
+                rows, cols = _checked_shape(kind, item, env)
+                vector = vector_kind(getattr(item.formula, "rows", None),
+                                     getattr(item.formula, "cols", None), item.formula)
+            else:
+                continue
+            env.blocks[item.name] = Block(item.name, "", 2, 2, rows, cols)  # where: unused
+            if vector:
+                env.vectors[item.name] = vector
+        yield sec
+
+
+def check_sections(kind: str, sections: Iterable[Section], params) -> None:
+    """`checked_sections`, drawn to the end."""
+    for _ in checked_sections(kind, sections, params):
+        pass
+
+
+def _checked_shape(kind: str, step: Step, env: Env) -> tuple[int, int]:
+    try:
+        step.formula.check(env)
+        return step.formula.shape(env)
+    except KeyError as exc:  # a kind's own formula reading a missing block
+        problem = f"no block {exc.args[0]} is placed before this step"
+    except ValueError as exc:
+        problem = str(exc)
+    raise ValueError(f"kind {kind}, step {step.name}, {step.formula.describe()}: {problem}")

@@ -7,6 +7,7 @@ input shapes, the ordered step list, random inputs and the layout all follow fro
 """
 
 import dataclasses
+import functools
 import numbers
 import types
 import zlib
@@ -18,7 +19,14 @@ import numpy as np
 
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
-from workbook_builder.sheet.declare import Input, Section, Step, size_name, size_of
+from workbook_builder.sheet.declare import (
+    Input,
+    Section,
+    Step,
+    checked_sections,
+    size_name,
+    size_of,
+)
 from workbook_builder.sheet.layout import SheetWriter
 
 KINDS: dict[str, type["Kind"]] = {}
@@ -62,6 +70,8 @@ class Kind:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
             KINDS[cls.name] = cls
+        if "sections" in cls.__dict__:  # checked wherever they are read, before any writing
+            cls.sections = classmethod(_checked(cls.__dict__["sections"].__func__))
 
     # -- the declaration -------------------------------------------------------------------
     @classmethod
@@ -188,6 +198,20 @@ class Kind:
             raise ValueError(f"kind {cls.name} places inputs {sorted(placed)} but declares "
                              f"{sorted(declared)}")
         sheet.write(sections, inputs)
+
+
+def _checked(declare: Callable) -> Callable:
+    """A kind's `sections` whose templates are checked as they are drawn
+    (`declare.checked_sections`): a list is checked whole, a lazy declaration section by
+    section."""
+    @functools.wraps(declare)
+    def sections(kind: type[Kind], p) -> Iterable[Section]:
+        declared = declare(kind, p)
+        if isinstance(declared, list | tuple):
+            return list(checked_sections(kind.name, declared, p))
+        return checked_sections(kind.name, declared, p)
+
+    return sections
 
 
 def make_params(kind: type[Kind], values: Mapping[str, Any]):
