@@ -13,7 +13,8 @@ demo and example case and lists text with no entry and entries no sheet uses.
 """
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 
@@ -38,6 +39,8 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
 }
 
 SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+# while `trial` is open, catalogs are made from its sections and note what they are asked
+TRIALS: list[tuple[Mapping[str, Mapping[str, str]] | None, dict[str, str | None]]] = []
 
 
 def slots(text: str) -> set[str]:
@@ -107,7 +110,7 @@ class Catalog:
         self.exact = {k: v for k, v in entries.items() if not SLOT.search(k)}
         self.templates = [(k, _compile(k), v) for k, v in entries.items() if SLOT.search(k)]
         self.keep = set(keep)
-        self.record: dict[str, str | None] | None = None
+        self.record = TRIALS[-1][1] if TRIALS else None
 
     def __call__(self, text: str) -> str:
         if self.lang == "en":
@@ -141,7 +144,23 @@ class Catalog:
 
 
 def catalog_for(kind, lang: str, tokens: Iterable[str] = ()) -> Catalog:
-    return Catalog(lang, kind_entries(catalog_sections(lang), kind.name), keep=tokens)
+    trial = TRIALS[-1][0] if TRIALS else None
+    sections = catalog_sections(lang) if trial is None else trial
+    return Catalog(lang, kind_entries(sections, kind.name), keep=tokens)
+
+
+@contextmanager
+def trial(sections: Mapping[str, Mapping[str, str]] | None = None
+          ) -> Iterator[dict[str, str | None]]:
+    """While open, the catalogs made use `sections` (the shipped catalog if None) and
+    note in the dict yielded every text they are asked for: text -> the entry that
+    translated it, "" for a token label, None for text with no entry."""
+    record: dict[str, str | None] = {}
+    TRIALS.append((sections, record))
+    try:
+        yield record
+    finally:
+        TRIALS.pop()
 
 
 def translate_sheets(wb: Workbook, tr: Catalog, skip: Iterable[str] = ()) -> None:
