@@ -1,14 +1,16 @@
 """The translation catalogs against what the sheets really write.
 
-Builds every demo and example case of every kind (each layout, and a student's exercise)
-with a catalog that notes each text it is asked for, then reports
+Builds every kind's demo, example and test cases and declared variants (each layout, and a
+student's exercise) with a catalog that notes each text it is asked for, then reports
 
 - missing: English a sheet writes with no catalog entry, other than what stays as written
   (`stays_as_written`: token labels, numbers, names and equations);
 - unused: catalog entries no case needs (a kind's English changed, or a slot was renamed
   on one side: the entry no longer matches and the text went back to English).
 
-    python -m workbook_builder.teaching.catalog check [--lang zh]
+    python -m workbook_builder.teaching.catalog check [--lang zh] [--catalog FILE.po]
+
+Exit 0: all is well; 1: text missing or entries unused; 2: the catalog cannot be read.
 """
 
 import argparse
@@ -18,6 +20,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -185,12 +188,17 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["check"])
     parser.add_argument("--lang", default="zh", choices=[x for x in i18n.LANGS if x != "en"])
+    parser.add_argument("--catalog", metavar="FILE.po", type=Path,
+                        help="check this .po file (e.g. a translator's copy) instead of the "
+                             "one shipped for --lang")
     args = parser.parse_args(argv)
     try:
-        found = collect(args.lang)
-    except i18n.PoError as e:
+        sections = None if args.catalog is None else \
+            i18n.parse_catalog(args.catalog.read_text(encoding="utf-8"), str(args.catalog))
+    except (OSError, UnicodeDecodeError, i18n.PoError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    found = collect(args.lang, sections)
     for text, where in sorted(found.missing.items()):
         print(f"missing: {text!r}  ({len(where)} cases, e.g. {min(where)})")
     for section, key in found.unused:
