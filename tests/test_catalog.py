@@ -136,3 +136,10 @@ def test_the_catalogs_are_package_data():
     package = ROOT / "workbook_builder" / "teaching"
     shipped = {p for pattern in patterns for p in package.glob(pattern)}
     assert set(CATALOGS) <= shipped
+
+
+def test_an_entry_not_yet_translated_keeps_its_english():
+    text = ('msgctxt "shared"\nmsgid "Output of head {h}."\nmsgstr ""\n\n'
+            'msgctxt "shared"\nmsgid "keys"\nmsgstr "键"\n')
+    sections = i18n.parse_catalog(text, "new.po")
+    assert sections == {"shared": {"keys": "键"}}

@@ -55,11 +55,11 @@ def parse_catalog(text: str, name: str) -> dict[str, dict[str, str]]:
         where = f"{name}:{entry.line} (msgctxt {entry.context!r}, msgid {entry.msgid[:50]!r})"
         if not entry.context:
             raise PoError(f"{where}: an entry needs a msgctxt saying where it is read")
+        if not entry.msgstr:
+            continue  # not translated yet: the English stays
         if slots(entry.msgid) != slots(entry.msgstr):
             raise PoError(f"{where}: the translation's slots {sorted(slots(entry.msgstr))} "
                           f"differ from the English's {sorted(slots(entry.msgid))}")
-        if not entry.msgstr:
-            continue  # not translated yet: the English stays
         section = sections.setdefault(entry.context, {})
         if entry.msgid in section:
             raise PoError(f"{where}: the entry is there twice")
