@@ -327,20 +327,3 @@ def cost_section(title: str, sizes: Mapping[str, Size], costs: Sequence[Cost]) -
     notes = Table((("multiply-add = one product a·b added into a sum", ""),
                    ("the projections X·W are left out: they grow only linearly in n", "")))
     return section(title, [sizes_step, notes], [lengths, *columns])
-
-
-# the cost table's own text in Chinese (a kind adds it to its translations)
-COST_ZH = {
-    "sizes of this sheet": "本表的尺寸",
-    "This sheet's sizes, written as numbers: every cost below reads them, so typing another "
-    "value shows what it would cost.": "本表的尺寸，以数字写出：下面每个代价都读取它们，"
-                                       "改成别的值即可看到相应的代价。",
-    "size": "尺寸",
-    "{length} = sheet, 1k, 4k, 32k": "{length} = 本表、1k、4k、32k",
-    "The lengths the costs are computed at; type another length to see its cost.":
-        "计算代价所用的长度；改成别的长度即可看到它的代价。",
-    "sheet": "本表", "MACs": "乘加", "scores": "分数", "state": "状态",
-    "multiply-add = one product a·b added into a sum": "乘加 = 一个乘积 a·b 加进一个和",
-    "the projections X·W are left out: they grow only linearly in n":
-        "投影 X·W 不计入：它们只随 n 线性增长",
-}

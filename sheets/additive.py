@@ -141,38 +141,3 @@ class Additive(TwoSequenceKind):
                 "Each decoder step's weighted average of the encoder states.", "CONTEXT",
                 "ENC_H", "c = A·H")),
         ]
-
-
-# sheet text in Chinese (workbook_builder/teaching/i18n.py)
-Additive.translations = {"zh": {
-    "target\\source": "目标\\源",
-    "Bahdanau additive attention: score vᵀ·tanh(W·s + U·h_j), softmax, context":
-        "Bahdanau 加性注意力：分数 vᵀ·tanh(W·s + U·h_j)、Softmax、上下文向量",
-    "Step 1 — inputs: encoder states h_j, decoder states s_i, the weights":
-        "Step 1：输入 — 编码器状态 h_j、解码器状态 s_i、权重",
-    "One row per source token (the paper's annotations h_j); keys and values at once.":
-        "每行一个源词（论文中的注释向量 h_j）；同时充当键和值。",
-    "One row per decoder step: the state before emitting that target token (the paper's "
-    "s_{i−1}).": "每个解码步一行：输出该目标词之前的状态（论文中的 s_{i−1}）。",
-    "encoder states h_j": "编码器状态 h_j", "decoder states s_i": "解码器状态 s_i",
-    "W (decoder side)": "W（解码器侧）", "U (encoder side)": "U（编码器侧）",
-    "Step 2 — project both sides into the attention space": "Step 2：把两侧投影到注意力空间",
-    "Decoder side of the score, once per decoder step.": "分数的解码器侧部分，每个解码步一次。",
-    "Encoder side of the score; it does not depend on the decoder step, so it is computed "
-    "once.": "分数的编码器侧部分；它与解码步无关，因此只算一次。",
-    "Step 3 — every (decoder step, source token) pair through tanh":
-        "Step 3：每个（解码步，源词）对经过 tanh",
-    "Row 'y→x': decoder step y's projection plus source token x's.":
-        "行“y→x”：解码步 y 的投影加上源词 x 的投影。",
-    "The one hidden layer of the alignment model.": "对齐模型唯一的隐藏层。",
-    "Step 4 — scores e_ij = vᵀ·tanh(…), softmax over the source positions":
-        "Step 4：分数 e_ij = vᵀ·tanh(…)，在源位置上做 Softmax 归一化",
-    "Alignment score of decoder step i with source token j.": "解码步 i 与源词 j 的对齐分数。",
-    "Step 5 — context vectors c_i = Σ_j α_ij h_j":
-        "Step 5：加权求和 — 上下文向量 c_i = Σ_j α_ij h_j",
-    "Each decoder step's weighted average of the encoder states.":
-        "每个解码步对编码器状态的加权平均。",
-    "Adds the same number to every score of a row, so it cancels in the softmax.":
-        "给一行的每个分数加上同一个数，因此在 Softmax 中被抵消。",
-    "bias of W": "W 的偏置", "bias of U": "U 的偏置", "bias of v": "v 的偏置",
-}}

@@ -79,19 +79,3 @@ class Attention(Kind):
                     softmax_steps(mask=mask, chart=True)),
             section("Step 2e — weighted sum of the values", weighted_values()),
         ]
-
-
-# sheet text in Chinese (workbook_builder/teaching/i18n.py); the tutorial's own step names
-Attention.translations = {"zh": {
-    "single-head scaled dot-product attention, softmax in visible steps":
-        "单头缩放点积注意力，Softmax 分步可见",
-    "Step 2a — project every token to a query, a key and a value": "Step 2a：生成 Q、K、V",
-    "Step 2b/2c — scores Q·Kᵀ, scaled by 1/√d_k":
-        "Step 2b/2c：计算注意力分数 Score = Q·Kᵀ，并缩放 — Score / √d_k",
-    "Step 2d — row softmax: max, exp, sum, divide":
-        "Step 2d：Softmax 归一化 — 行最大值、指数、求和、相除",
-    "Step 2e — weighted sum of the values": "Step 2e：加权求和 — Output = 注意力权重 · V",
-    "Each output row mixes the value rows by that row's weights.":
-        "每个输出行按该行的注意力权重混合各个值行。",
-    "query bias": "查询偏置", "key bias": "键偏置", "value bias": "值偏置",
-}}

@@ -82,32 +82,3 @@ class CrossAttention(TwoSequenceKind):
                 "Row i: the source values weighted by how much target token i attends to "
                 "each source token.")),
         ]
-
-
-# sheet text in Chinese (workbook_builder/teaching/i18n.py)
-CrossAttention.translations = {"zh": {
-    "cross-attention: target queries Y·W_Q over source keys/values X (m ≠ n)":
-        "交叉注意力：目标序列的查询 Y·W_Q 关注源序列的键/值 X（m ≠ n）",
-    "Step 1 — inputs: source rows X (encoder), target rows Y (decoder), weights":
-        "Step 1：输入 — 源序列行 X（编码器）、目标序列行 Y（解码器）、权重",
-    "One row per source token; keys and values come from here.":
-        "每行一个源词；键和值来自这里。",
-    "One row per target token; queries come from here.": "每行一个目标词；查询来自这里。",
-    "source (encoder) rows": "源（编码器）行", "target (decoder) rows": "目标（解码器）行",
-    "Step 2 — queries from the target, keys and values from the source":
-        "Step 2：生成 Q、K、V — 查询来自目标序列，键和值来自源序列",
-    "Queries: one per target token.": "查询：每个目标词一个。",
-    "Keys: one per source token.": "键：每个源词一个。",
-    "Values: one per source token.": "值：每个源词一个。",
-    "Step 3 — scores of every target token against every source token ({size}), scaled by "
-    "1/√d_k": "Step 3：计算每个目标词对每个源词的注意力分数（{size}），并缩放 1/√d_k",
-    "Dot product of target query i with source key j.": "目标查询 i 与源键 j 的点积。",
-    "Dividing by √d_k keeps the scores from growing with width.":
-        "除以 √d_k，防止分数随维度增大而过大。",
-    "Step 4 — softmax over the source positions of each row":
-        "Step 4：Softmax 归一化 — 在每行的源位置上",
-    "Step 5 — each target token's mix of the source values":
-        "Step 5：加权求和 — 每个目标词对源值的混合",
-    "Row i: the source values weighted by how much target token i attends to each source "
-    "token.": "第 i 行：按目标词 i 对每个源词的关注程度加权的源值。",
-}}

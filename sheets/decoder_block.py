@@ -23,7 +23,6 @@ from reference.decoder_block import decoder_block_ref
 from sheets._bands import CAUSAL_MASK, X, concat_heads, head_labels, head_steps
 from sheets.encoder_block import (
     GELU_FORMS,
-    EncoderBlock,
     activation,
     layer_norm,
     residual,
@@ -270,35 +269,3 @@ class DecoderBlock(Kind):
         return [section("Step 1 — input X (pre-LN, as GPT-2: X + attention(LN1(X)), then "
                         "+ MLP(LN2(·)); {heads} heads of d_k = {d_k})", X),
                 *block_sections(p, WEIGHTS, divisor=p.divisor(p.layer_number))]
-
-
-# sheet text in Chinese (workbook_builder/teaching/i18n.py); the LayerNorm and GELU text is
-# encoder-block's
-DECODER_ZH = {
-    **EncoderBlock.translations["zh"],
-    "a GPT-2 block: LN, causal MHA with biases, residual, LN, tanh-GELU MLP, residual":
-        "GPT-2 解码器块：LN、带偏置的因果多头注意力、残差、LN、tanh-GELU MLP、残差",
-    "Step 1 — input X (pre-LN, as GPT-2: X + attention(LN1(X)), then + MLP(LN2(·)); {h} "
-    "heads of d_k = {d})": "Step 1：输入 X（Pre-LN，与 GPT-2 相同：X + 注意力(LN1(X))，再 "
-                           "+ MLP(LN2(·))；{h} 个头，每头 d_k = {d}）",
-    "q weights (c_attn)": "q 权重（c_attn）", "k weights (c_attn)": "k 权重（c_attn）",
-    "v weights (c_attn)": "v 权重（c_attn）", "q bias (c_attn)": "q 偏置（c_attn）",
-    "k bias (c_attn)": "k 偏置（c_attn）", "v bias (c_attn)": "v 偏置（c_attn）",
-    "output weights (c_proj)": "输出权重（c_proj）", "output bias (c_proj)": "输出偏置（c_proj）",
-    "MLP weights (c_fc)": "MLP 权重（c_fc）", "MLP bias (c_fc)": "MLP 偏置（c_fc）",
-    "MLP output weights (mlp.c_proj)": "MLP 输出权重（mlp.c_proj）",
-    "MLP output bias (mlp.c_proj)": "MLP 输出偏置（mlp.c_proj）",
-    "Step 2 — causal self-attention on LN1_OUT; W_Q, W_K, W_V are the thirds of GPT-2's "
-    "fused c_attn": "Step 2：对 LN1_OUT 做因果自注意力；W_Q、W_K、W_V 是 GPT-2 融合的 c_attn "
-                    "的三等份",
-    "The residual connection: the block adds to its input.":
-        "残差连接：这个块的结果加回到它的输入上。",
-    "Step 4 — MLP, GELU (tanh form), applied to each row":
-        "Step 4：MLP（GELU，tanh 形式），逐行作用",
-    "Step 4 — MLP, GELU (exact form), applied to each row":
-        "Step 4：MLP（GELU，精确 erf 形式），逐行作用",
-    "Step 5 — second residual: the block's output": "Step 5：第二个残差：这个块的输出",
-    "GPT-2 normalises before each sub-layer and leaves the residual stream itself "
-    "un-normalised.": "GPT-2 在每个子层之前做归一化，残差流本身不做归一化。",
-}
-DecoderBlock.translations = {"zh": DECODER_ZH}

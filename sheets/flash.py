@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from reference.flash import flash_ref
 from sheets._bands import (
     CAUSAL_MASK,
-    COST_ZH,
     QKV_INPUTS,
     Cost,
     cost_section,
@@ -332,86 +331,3 @@ class Flash(Kind):
     @classmethod
     def describe(cls, p):
         return super().describe(p) + f" ({len(block_bounds(p))} blocks)"
-
-
-# sheet text in Chinese (workbook_builder/teaching/i18n.py); the longer "Key block" entries
-# first
-Flash.translations = {"zh": {
-    "The running state at a glance: m and α per query row and key block":
-        "运行状态一览：每个查询行、每个键块的 m 与 α",
-    "m_j: each query row's running max after key block j":
-        "m_j：处理完键块 j 后每个查询行的运行最大值",
-    "α_j = exp(m_{j−1} − m_j): below 1 where key block j raised the max":
-        "α_j = exp(m_{j−1} − m_j)：键块 j 抬高了最大值的行小于 1",
-    "FlashAttention: blockwise online softmax (running max and sum), exact":
-        "FlashAttention：分块在线 Softmax（运行最大值与运行和），结果精确",
-    "Step 3 — FlashAttention: {t} key block(s) of B = {b}, one at a time, keeping only a "
-    "running max m, a running sum ℓ and an unnormalised output Õ per query row":
-        "Step 3：FlashAttention — {t} 个键块（B = {b}），逐块处理，每个查询行只保留运行最大值 m、"
-        "运行和 ℓ 与未归一化输出 Õ",
-    "Key block {j}: keys {keys}; query row {rows} skip it (grey: wholly above their "
-    "diagonal, the state passes through unchanged)":
-        "键块 {j}：键 {keys}；查询行 {rows} 跳过它（灰色：整块位于对角线上方，状态原样传递）",
-    "Key block {j}: keys {keys}; query rows {rows} skip it (grey: wholly above their "
-    "diagonal, the state passes through unchanged)":
-        "键块 {j}：键 {keys}；查询行 {rows} 跳过它（灰色：整块位于对角线上方，状态原样传递）",
-    "Key block {j}: keys {keys}": "键块 {j}：键 {keys}",
-    "Scaled scores of every query against keys {a}–{b} only: n×B cells, never the whole n×n "
-    "matrix. Grey 'skip' cells (causal) belong to query blocks that never visit this key "
-    "block.": "每个查询只与键 {a}–{b} 的缩放分数：n×B 个单元格，从不需要整个 n×n 矩阵。"
-              "灰色 skip 单元格（因果）属于从不访问该键块的查询块。",
-    "Running row max over the keys seen so far (skipped rows keep theirs).":
-        "到目前为止见过的键上的运行行最大值（跳过的行保持不变）。",
-    "Unnormalised weights under the running max; masked keys give 0.":
-        "以运行最大值为基准的未归一化权重；被掩码的键为 0。",
-    "Running softmax denominator, rescaled to the current max.":
-        "运行中的 Softmax 分母，按当前最大值重新缩放。",
-    "Running weighted sum of value rows, not yet divided by ℓ.": "值行的运行加权和，尚未除以 ℓ。",
-    "1 when the max did not move; below 1 when this block raised it.":
-        "最大值未变时为 1；本块抬高了最大值时小于 1。",
-    "Step 4 — normalise once at the end; keep the log-sum-exp":
-        "Step 4：最后统一归一化一次；保留 log-sum-exp",
-    "Divide the accumulated output by the running sum once, at the end (FlashAttention-2).":
-        "最后一次性把累积输出除以运行和（FlashAttention-2）。",
-    "log Σ_j exp(s_ij): what the kernel saves for the backward pass.":
-        "log Σ_j exp(s_ij)：内核为反向传播保存的量。",
-    "Step 5 — for comparison: standard attention holds the whole n×n score matrix at once":
-        "Step 5：对照 — 标准注意力一次保存整个 n×n 分数矩阵",
-    "The same scores FlashAttention computed block by block.":
-        "与 FlashAttention 逐块计算的分数相同。",
-    "Largest difference between the two outputs: rounding only (about 1e-16), because the "
-    "online softmax is exact.": "两种输出的最大差异：只有舍入误差（约 1e-16），因为在线 Softmax "
-                               "是精确的。",
-    "score cells held at once": "同时保存的分数单元格数", "standard: n²": "标准：n²",
-    "flash: n·B": "flash：n·B", "flash vs std": "flash 对比标准",
-    "P{a} = exp(S{b} − m{c}) if key ≤ query": "P{a} = exp(S{b} − m{c})（键 ≤ 查询时）",
-    "{sizes} ({n} blocks); layout={layout}": "{sizes}（{n} 个块）; layout={layout}",
-    # the cost table
-    **COST_ZH,
-    "Cost — still O(n²·d) time, but only n·B scores held at once; at this sheet's n and at "
-    "n = 1k, 4k, 32k": "代价 — 时间仍是 O(n²·d)，但同时只保存 n·B 个分数；取本表的 n 以及 "
-                       "n = 1k、4k、32k",
-    "Key blocks: one S, P, m, ℓ, Õ group each (INT rounds down).":
-        "键块数：每块一组 S、P、m、ℓ、Õ（INT 向下取整）。",
-    "blocks": "块",
-    "Score cells held at once: one n×B block S_j (min(n, B) keys when B > n). Linear in n.":
-        "同时保存的分数单元格：一个 n×B 的块 S_j（B > n 时为 min(n, B) 个键）。随 n 线性增长。",
-    "Standard attention (Step 5) holds the whole n×n SCORES matrix.":
-        "标准注意力（Step 5）保存整个 n×n 的 SCORES 矩阵。",
-    "Scores computed with the causal skip: key block j meets only query rows from its own "
-    "block on (the grey 'skip' rows compute nothing); n·(n+B)/2 when B divides n.":
-        "因果跳过后实际计算的分数：键块 j 只与从它自己的块开始的查询行相遇（灰色 skip 行不计算）；"
-        "B 整除 n 时为 n·(n+B)/2。",
-    "Multiply-adds: every score (d_k each) and its share of P·V (d_v each), as in standard "
-    "attention, plus the rescaling α·Õ and α·ℓ in blocks 2 … T. Still O(n²·d): "
-    "FlashAttention saves memory traffic, not arithmetic.":
-        "乘加次数：每个分数（各 d_k 次）及其在 P·V 中的份额（各 d_v 次），与标准注意力相同，"
-        "再加上块 2 … T 中的重新缩放 α·Õ 和 α·ℓ。仍是 O(n²·d)：FlashAttention 节省的是显存读写，"
-        "不是算术。",
-    "Multiply-adds: P scores (d_k each) and their P·V terms (d_v each), plus the rescaling "
-    "α·Õ and α·ℓ in the R = (T−1)·n − B·T·(T−1)/2 rows that visit blocks 2 … T.":
-        "乘加次数：P 个分数（各 d_k 次）及其 P·V 项（各 d_v 次），再加上访问块 2 … T 的 "
-        "R = (T−1)·n − B·T·(T−1)/2 行中的重新缩放 α·Õ 和 α·ℓ。",
-    "Multiply-adds of standard attention (Step 5): Q·Kᵀ and A·V.":
-        "标准注意力（Step 5）的乘加次数：Q·Kᵀ 与 A·V。",
-}}

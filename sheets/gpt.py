@@ -18,7 +18,6 @@ import numpy as np
 from reference.gpt import gpt_ref
 from sheets._bands import CAUSAL_MASK
 from sheets.decoder_block import (
-    DECODER_ZH,
     DecoderBlockParams,
     block_inputs,
     block_sections,
@@ -205,35 +204,3 @@ class Gpt(Kind):
             section("The next token: softmax of the last position, and its most likely id",
                     next_token_steps()),
         ]
-
-
-# the block sections' titles as gpt writes them, "Block 1 of 2 — …"
-_STACKED = {f"Block {{blk}} of {{of}} — {en}": f"第 {{blk}}/{{of}} 块 — {zh}"
-            for en, zh in DECODER_ZH.items()}
-Gpt.translations = {"zh": {
-    **DECODER_ZH, **_STACKED,
-    "a whole GPT: token ids, embeddings, L decoder blocks, logits, the next token":
-        "完整的 GPT：词元 id、嵌入、L 个解码器块、logits、下一个词元",
-    "token ids: edit one to change the prediction": "词元 id：改动一个，预测随之改变",
-    "token embedding table (wte), one row per id": "词嵌入表（wte），每个 id 一行",
-    "position embedding rows 0 … n−1 (wpe)": "位置嵌入行 0 … n−1（wpe）",
-    "Step 1 — the token ids and the token embedding table": "Step 1：词元 id 与词嵌入表",
-    "Step 2 — embeddings: each token's row of WTE plus its position's row of WPE":
-        "Step 2：嵌入 — 每个词元在 WTE 中的行加上它位置在 WPE 中的行",
-    "Each token's row of the embedding table, looked up by its id.":
-        "按 id 从嵌入表中查出的每个词元的行。",
-    "What enters block 1: token row plus position row.": "进入第 1 块的值：词元行加位置行。",
-    "Logits: every position against every row of the token embedding table (GPT-2 ties its "
-    "output layer to it)": "Logits：每个位置与词嵌入表每一行的点积（GPT-2 的输出层与它共享权重）",
-    "Score of every token id coming after each position.": "每个位置之后出现各个词元 id 的得分。",
-    "The next token: softmax of the last position, and its most likely id":
-        "下一个词元：最后一个位置的 Softmax，以及概率最大的 id",
-    "next": "下一个",
-    "Largest logit of the last position.": "最后一个位置的最大 logit。",
-    "Exponential of each shifted logit.": "每个平移后 logit 的指数。",
-    "The softmax denominator.": "Softmax 的分母。",
-    "The model's probability of every token id coming next.":
-        "模型预测每个词元 id 为下一个的概率。",
-    "The predicted next token id: change a token id above and it follows.":
-        "预测的下一个词元 id：改动上面的词元 id，它随之改变。",
-}}

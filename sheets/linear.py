@@ -19,7 +19,6 @@ import numpy as np
 from reference.linear import linear_ref
 from sheets._bands import (
     CAUSAL_MASK,
-    COST_ZH,
     D_V,
     QKV_INPUTS,
     Cost,
@@ -396,85 +395,6 @@ class Linear(Kind):
         return sections
 
 
-# sheet text in Chinese (workbook_builder/teaching/i18n.py)
-Linear.translations = {"zh": {
-    "linear attention φ(Q)(φ(K)ᵀV), φ = elu+1; --causal: running state (RNN view); "
-    "--features favor: Performer's random features vs softmax":
-        "线性注意力 φ(Q)(φ(K)ᵀV)，φ = elu+1；--causal：运行状态（RNN 视角）；"
-        "--features favor：Performer 随机特征与 Softmax 对照",
-    "Step 3 — feature map φ(x) = elu(x) + 1 (positive, so no softmax is needed)":
-        "Step 3：特征映射 φ(x) = elu(x) + 1（恒为正，因此不需要 Softmax）",
-    "elu(x)+1: a positive feature map standing in for exp(q·k).":
-        "elu(x)+1：代替 exp(q·k) 的正值特征映射。",
-    "Step 4 — summarise all keys and values once: KV = φ(K)ᵀ·V and z = Σ_j φ(K_j); cost "
-    "grows with n, not n²": "Step 4：一次性汇总所有键和值：KV = φ(K)ᵀ·V，z = Σ_j φ(K_j)；"
-                           "代价随 n 增长，而不是 n²",
-    "Every key's feature vector times its value, summed over tokens.":
-        "每个键的特征向量乘以它的值，再对所有词求和。",
-    "The normaliser: the keys' feature vectors summed.": "归一化项：所有键特征向量之和。",
-    "Sum of the (unnormalised) weights of row i, plus eps.":
-        "第 i 行（未归一化）权重之和，加上 eps。",
-    "denom": "分母",
-    "Step 5 — divide: each output row is a weighted average of value rows":
-        "Step 5：相除 — 每个输出行是各值行的加权平均",
-    "Step 4 — the RNN view: a running state S_i (d_k×d_v, stacked down the rows) and "
-    "normaliser z_i, each updated once per token":
-        "Step 4：RNN 视角 — 运行状态 S_i（d_k×d_v，逐行向下堆叠）与归一化项 z_i，每个词更新一次",
-    "Rows t:k1 … t:k_d hold S_t = Σ_{j≤t} φ(K_j)ᵀV_j, the d_k×d_v memory after reading "
-    "token t.": "行 t:k1 … t:k_d 保存 S_t = Σ_{j≤t} φ(K_j)ᵀV_j，即读完词 t 之后的 d_k×d_v 记忆。",
-    "Running sum of the keys' feature vectors.": "键特征向量的运行和。",
-    "Query i reads the memory as it stood after token i.": "查询 i 读取读完词 i 时的记忆。",
-    "Sum of the (unnormalised) weights of keys j ≤ i, plus eps.":
-        "键 j ≤ i 的（未归一化）权重之和，加上 eps。",
-    "token:row": "词:行",
-    # --features favor
-    "Step 3 — Performer's positive random features (FAVOR+): q and k scaled by d_k^(−1/4), "
-    "then φ(x) = exp(x·ω_r − |x|²/2)/√m over m = {m} random directions ω_r; on average "
-    "φ(q')·φ(k') = exp(q·k/√d_k), softmax's kernel":
-        "Step 3：Performer 的正值随机特征（FAVOR+）：先把 q、k 乘以 d_k^(−1/4)，再用 m = {m} "
-        "个随机方向 ω_r 计算 φ(x) = exp(x·ω_r − |x|²/2)/√m；平均而言 "
-        "φ(q')·φ(k') = exp(q·k/√d_k)，正是 Softmax 的核",
-    "Ω: m random directions ω_r ~ N(0, 1)": "Ω：m 个随机方向 ω_r ~ N(0, 1)",
-    "Column r is ω_r, drawn from the seed: independent N(0, 1) entries rounded to 2 "
-    "decimals (plain iid Gaussian, not the orthogonal directions Performer also offers).":
-        "第 r 列是 ω_r，由随机种子生成：各元素独立服从 N(0, 1)，保留 2 位小数"
-        "（普通独立高斯，而不是 Performer 另外提供的正交方向）。",
-    "Scaled by d_k^(−1/4) on both sides, so q'·k' = q·k/√d_k: the score softmax "
-    "exponentiates.": "两边都乘以 d_k^(−1/4)，于是 q'·k' = q·k/√d_k，正是 Softmax 取指数的分数。",
-    "Half the squared length of each row; subtracting it makes E[φ(q')·φ(k')] = "
-    "exp(q'·k').": "每行长度平方的一半；减去它使 E[φ(q')·φ(k')] = exp(q'·k')。",
-    "Each row projected on each random direction ω_r.": "每一行在每个随机方向 ω_r 上的投影。",
-    "Positive random features. The exponent x'·ω − |x'|²/2 is at most |ω|²/2 whatever the "
-    "input, so EXP cannot overflow here.":
-        "正值随机特征。无论输入如何，指数 x'·ω − |x'|²/2 都不超过 |ω|²/2，因此这里的 EXP "
-        "不会溢出。",
-    "Step 4 — the RNN view: a running state S_i (m×d_v, stacked down the rows) and "
-    "normaliser z_i, each updated once per token":
-        "Step 4：RNN 视角 — 运行状态 S_i（m×d_v，逐行向下堆叠）与归一化项 z_i，每个词更新一次",
-    "Rows t:f1 … t:f_m hold S_t = Σ_{j≤t} φ(K_j)ᵀV_j, the m×d_v memory after reading "
-    "token t.": "行 t:f1 … t:f_m 保存 S_t = Σ_{j≤t} φ(K_j)ᵀV_j，即读完词 t 之后的 m×d_v 记忆。",
-    "Step 6 — for comparison: exact softmax attention from the same Q, K, V, and the "
-    "estimate's error": "Step 6：对照 — 用同样的 Q、K、V 计算精确的 Softmax 注意力，以及估计的误差",
-    "The score whose exponential φ(q')·φ(k') estimates: exp(q·k/√d_k).":
-        "φ(q')·φ(k') 所估计的正是这个分数的指数：exp(q·k/√d_k)。",
-    "Exact softmax attention from the same Q, K, V.":
-        "用同样的 Q、K、V 计算的精确 Softmax 注意力。",
-    "Largest error of the random-feature estimate: it shrinks like 1/√m for large m.":
-        "随机特征估计的最大误差：m 较大时按 1/√m 缩小。",
-    "favor vs softmax": "favor 对比 Softmax",
-    "Step 7 — fewer features, larger error: the same estimate from only the first m' "
-    "columns of Ω": "Step 7：特征越少，误差越大 — 只用 Ω 的前 m' 列做同样的估计",
-    "Attention estimated from ω_1 … ω_{a} only: ' keeps the first {b} feature columns, and "
-    "r turns their 1/m into 1/{c}.":
-        "只用 ω_1 … ω_{a} 估计的注意力：' 表示只取前 {b} 个特征列，r 把它们的 1/m 换成 1/{c}。",
-    "max |O' − O_softmax| for each m'": "每个 m' 的 max |O' − O_softmax|",
-    "More features, smaller error: like 1/√m' once m' is large (×4 features, ½ the error); "
-    "one draw of Ω, so not at every step.":
-        "特征越多，误差越小：m' 较大时按 1/√m' 缩小（特征数乘以 4，误差减半）；这只是 Ω 的"
-        "一次抽样，所以并非每一步都如此。",
-}}
-
-
 # -- the cost table: what the steps above hold and multiply, as functions of n -----------
 COST_TITLE = "Cost — O(n·d²): a d_k×d_v state instead of an n×n matrix; at this sheet's n " \
              "and at n = 1k, 4k, 32k"
@@ -496,23 +416,3 @@ COSTS = [
          "Multiply-adds of softmax attention: Q·Kᵀ and A·V. Linear attention needs fewer "
          "once n > (2·d_k·d_v + d_k)/(d_k + d_v), about d when d_k = d_v = d."),
 ]
-
-Linear.translations["zh"].update({
-    **COST_ZH,
-    COST_TITLE: "代价 — O(n·d²)：用一个 d_k×d_v 的状态代替 n×n 矩阵；取本表的 n 以及 "
-                "n = 1k、4k、32k",
-    "State held at once: KV (d_k×d_v) and z (d_k); causal, S_i and z_i, of which the sheet "
-    "stacks all n for reading while an RNN keeps one. Does not grow with n.":
-        "同时保存的状态：KV（d_k×d_v）和 z（d_k）；因果时为 S_i 和 z_i，本表为了阅读把 n 个都"
-        "堆叠出来，而 RNN 只保留一个。不随 n 增长。",
-    "Multiply-adds: φ(K)ᵀV (causal: the S_i updates) and φ(Q)·KV, n·d_k·d_v each, and "
-    "φ(Q)·z, n·d_k (z itself is sums only). Linear in n.":
-        "乘加次数：φ(K)ᵀV（因果时为 S_i 的更新）和 φ(Q)·KV 各 n·d_k·d_v 次，φ(Q)·z 为 n·d_k 次"
-        "（z 本身只有加法）。随 n 线性增长。",
-    "Softmax attention of the same sizes holds n×n scores.":
-        "相同尺寸的 Softmax 注意力要保存 n×n 个分数。",
-    "Multiply-adds of softmax attention: Q·Kᵀ and A·V. Linear attention needs fewer once "
-    "n > (2·d_k·d_v + d_k)/(d_k + d_v), about d when d_k = d_v = d.":
-        "Softmax 注意力的乘加次数：Q·Kᵀ 与 A·V。当 n > (2·d_k·d_v + d_k)/(d_k + d_v) 时"
-        "（d_k = d_v = d 时约为 d）线性注意力的乘加更少。",
-})

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from reference.multihead import multihead_ref
 from sheets._bands import (
     CAUSAL_MASK,
-    COST_ZH,
     Cost,
     GroupedHeads,
     GroupedHeadsKind,
@@ -121,36 +120,3 @@ class Multihead(GroupedHeadsKind):
                          "score matrix; at this sheet's n and at n = 1k, 4k, 32k",
                          COST_SIZES, COSTS),
         ]
-
-
-# sheet text in Chinese (workbook_builder/teaching/i18n.py); the tutorial's own step names
-Multihead.translations = {"zh": {
-    "multi-head attention: split, per-head softmax, concat, W_O (GQA via --kv-heads)":
-        "多头注意力：拆分、各头 Softmax、拼接、W_O（--kv-heads 即 GQA）",
-    "Step 1 — inputs ({h} query heads, {g} key/value heads, d_k = d_model/H = {d})":
-        "Step 1：输入（{h} 个查询头，{g} 个键/值头，d_k = d_model/H = {d}）",
-    "query weights, heads side by side": "查询权重，各头并排",
-    "query bias": "查询偏置", "key bias": "键偏置", "value bias": "值偏置",
-    "output bias": "输出偏置",
-    "Step 2a — projections; head h owns columns h·d_k … (h+1)·d_k − 1":
-        "Step 2f-1：拆分 Q、K、V — 头 h 占第 h·d_k … (h+1)·d_k − 1 列",
-    "Head {h} — query columns q{hq}.*, key/value head {g}":
-        "Step 2f-2：头 {h} 独立做注意力（查询列 q{hq}.*，键/值头 {g}）",
-    "Step 2f-4 — concatenate the heads and mix them with W_O":
-        "Step 2f-4：拼接各头，再用 W_O 线性变换整合",
-    # the cost table
-    **COST_ZH,
-    "Cost — O(n²) memory and O(n²·d) time: every head holds an n×n score matrix; at this "
-    "sheet's n and at n = 1k, 4k, 32k": "代价 — 内存 O(n²)、时间 O(n²·d)：每个头都保存一个 "
-                                        "n×n 分数矩阵；取本表的 n 以及 n = 1k、4k、32k",
-    "Score cells held at once: every query head holds its own n×n scores (the SCORES_Hh "
-    "blocks). Quadratic in n.": "同时保存的分数单元格：每个查询头都保存自己的 n×n 分数"
-                                "（SCORES_Hh 块）。随 n 二次增长。",
-    "Cells of K and V: the KV cache a decoder keeps. Sharing G < H key/value heads (GQA) "
-    "divides it by H/G.": "K 和 V 的单元格：解码器要保存的 KV 缓存。共享 G < H 个键/值头"
-                          "（GQA）使它缩小为 1/(H/G)。",
-    "Multiply-adds per head: n² dot products of length d_k for the scores, n·d_v weighted "
-    "sums of n values for the head's output. O(n²·d).":
-        "每个头的乘加次数：分数需要 n² 个长度为 d_k 的点积，头输出需要 n·d_v 个对 n 个值的"
-        "加权和。O(n²·d)。",
-}}

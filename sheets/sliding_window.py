@@ -15,7 +15,6 @@ import numpy as np
 
 from reference.sliding_window import sliding_window_ref
 from sheets._bands import (
-    COST_ZH,
     QKV_INPUTS,
     Cost,
     ValueWidth,
@@ -331,66 +330,6 @@ class SlidingWindow(Kind):
         ]
 
 
-# sheet text in Chinese (workbook_builder/teaching/i18n.py)
-SlidingWindow.translations = {"zh": {
-    "Longformer sliding-window attention (--window w one-sided, --global tokens, "
-    "--random R BigBird keys)":
-        "Longformer 滑动窗口注意力（--window w 为单侧窗口，--global 为全局词，"
-        "--random R 为 BigBird 随机键）",
-    "Step 3 — the BigBird mask: window w = {w} on each side, global positions: {g}, "
-    "random keys: {r} per block of {b} queries":
-        "Step 3：BigBird 掩码 — 每侧窗口 w = {w}，全局位置：{g}，随机键：每块 {b} 个查询共用 "
-        "{r} 个",
-    "random keys of each query block (0-based positions)": "每个查询块的随机键（从 0 开始的位置）",
-    "Drawn by the seed: different keys outside the block's window and the global tokens. "
-    "Type any position 0 … n−1 instead and the mask follows.":
-        "由随机种子抽取：块的窗口和全局词之外、互不相同的键。也可以改填任意位置 0 … n−1，"
-        "掩码会随之更新。",
-    "R_kj = 1 if key j is a random key of block k": "键 j 是块 k 的随机键时 R_kj = 1",
-    "BigBird's random attention: row k marks the keys picked for query block k in "
-    "RANDOM_KEYS; every query of the block sees them.":
-        "BigBird 的随机注意力：第 k 行标出 RANDOM_KEYS 中为查询块 k 抽取的键；块中每个查询"
-        "都能看到它们。",
-    "queries\\key": "查询块\\键",
-    "1 if |j − i| ≤ {w} or i, j global or R[⌊i/{b}⌋, j] = 1":
-        "|j − i| ≤ {w}、i 或 j 为全局位置，或 R[⌊i/{b}⌋, j] = 1 时为 1",
-    "1 if |j − i| ≤ {w} or R[⌊i/{b}⌋, j] = 1": "|j − i| ≤ {w} 或 R[⌊i/{b}⌋, j] = 1 时为 1",
-    "The band: query i sees keys within w positions on either side, plus the global tokens "
-    "and the random keys of its block. Masked entries are left out of the softmax, so no "
-    "−∞ is needed.":
-        "带状区域：查询 i 能看到两侧 w 个位置以内的键，以及全局词和所在块的随机键。被掩码的"
-        "位置不参与 Softmax，因此不需要 −∞。",
-    "Step 2 — queries, keys, values and scaled scores (as in full attention)":
-        "Step 2：生成 Q、K、V 并计算缩放分数（与完整注意力相同）",
-    "Step 3 — the band mask: window w = {w} on each side, global positions: {g}":
-        "Step 3：带状掩码 — 每侧窗口 w = {w}，全局位置：{g}",
-    "The band: query i sees keys within w positions on either side, plus the global tokens. "
-    "Masked entries are left out of the softmax, so no −∞ is needed.":
-        "带状区域：查询 i 能看到两侧 w 个位置以内的键，以及全局词。被掩码的位置不参与 Softmax，"
-        "因此不需要 −∞。",
-    "Step 4 — softmax over the allowed keys only: max, exp, sum, divide":
-        "Step 4：只在允许的键上做 Softmax 归一化 — 最大值、指数、求和、相除",
-    "Largest allowed score of each row (an array formula: MAX over IF(mask=1, score, own "
-    "score)); a masked entry counts as the row's own score, which every row allows.":
-        "每行允许位置中的最大分数（数组公式：对 IF(mask=1, 分数, 本行自身分数) 取 MAX）；"
-        "被掩码的位置按本行自身的分数计，而每行都允许它自己的位置。",
-    "Exponential of each shifted allowed score; masked entries are 0.":
-        "每个允许位置平移后分数的指数；被掩码的位置为 0。",
-    "Attention weights: zero outside the band, each row sums to 1.":
-        "注意力权重：带外为零，每行和为 1。",
-    "P_ij = exp((S/√d_k)_ij − m_i) if M_ij = 1 else 0":
-        "P_ij = exp((S/√d_k)_ij − m_i)（M_ij = 1 时），否则为 0",
-    "Step 5 — weighted sum of the values": "Step 5：加权求和 — Output = 注意力权重 · V",
-    "Each output row mixes only the value rows its query may see.":
-        "每个输出行只混合其查询可以看到的值行。",
-    "Global tokens (e.g. [CLS]) attend to every token and every token attends to them.":
-        "全局词（如 [CLS]）关注所有词，所有词也都关注它们。",
-    "g_i = 1 if i is a global position": "i 为全局位置时 g_i = 1",
-    "1 if |j − i| ≤ {w} or i, j global": "|j − i| ≤ {w} 或 i、j 为全局位置时为 1",
-    "position": "位置", "global": "全局",
-}}
-
-
 # -- the cost table: the band's scores and multiply-adds as functions of n ---------------
 COST_TITLE = "Cost — the band holds about n·(2w+1) scores: O(n·w), not O(n²); at this " \
              "sheet's n and at n = 1k, 4k, 32k"
@@ -450,37 +389,3 @@ def costs(p) -> list[Cost]:
                                                 for c in parts), total,
                          "The scores the mask allows (the ones in MASK).", "scores"),
             MACS, *STD]
-
-
-SlidingWindow.translations["zh"].update({
-    **COST_ZH,
-    "What BigBird's random keys add: R per query that is not global (exact for seeded picks, "
-    "which lie outside the band and the global tokens). O(n·R).":
-        "BigBird 随机键带来的部分：每个非全局查询 R 个（对按种子抽取的键是精确的，它们位于带状"
-        "区域和全局词之外）。O(n·R)。",
-    COST_TITLE: "代价 — 带状区域约保存 n·(2w+1) 个分数：O(n·w)，而不是 O(n²)；取本表的 n 以及 "
-                "n = 1k、4k、32k",
-    BAND_NOTE: "满足 |i − j| ≤ w 的单元格：每行 2w+1 个，最前和最后 w 行更少（w′ = min(w, n−1)）。",
-    BAND_NOTE + " The scores the mask allows. O(n·w).":
-        "满足 |i − j| ≤ w 的单元格：每行 2w+1 个，最前和最后 w 行更少（w′ = min(w, n−1)）。"
-        "即掩码允许的分数。O(n·w)。",
-    "What the global tokens add: their rows and columns are whole (n cells), less the band_g "
-    "cells of row g already counted and the pairs of global positions farther apart than w, "
-    "counted twice. O(n·g).":
-        "全局词增加的单元格：它们的行和列是完整的（n 个），减去第 g 行已计入的 band_g 个"
-        "带内单元格，以及相距超过 w 的全局位置对（它们被计入了两次）。O(n·g)。",
-    "2·Σ_g (n − band_g) − pairs": "2·Σ_g (n − band_g) − 位置对数",
-    "The scores the mask allows (the ones in MASK).": "掩码允许的分数（MASK 中的 1）。",
-    "band + global": "带内 + 全局",
-    "band + random": "带内 + 随机", "band + global + random": "带内 + 全局 + 随机",
-    "(n − global rows)·R": "(n − 全局行数)·R",
-    "allowed·(d_k + d_v)": "允许数·(d_k + d_v)",
-    "Multiply-adds of a banded kernel: d_k per allowed score, d_v per allowed weight. This "
-    "sheet computes all n² scores and masks them afterwards (to show the band): that is "
-    "COST_STD_MACS.": "带状内核的乘加次数：每个允许的分数 d_k 次，每个允许的权重 d_v 次。本表"
-                      "先计算全部 n² 个分数再做掩码（为了展示带状区域）：那是 COST_STD_MACS。",
-    "Full attention, and the SCORES block of this sheet: n×n.":
-        "完整注意力，也就是本表的 SCORES 块：n×n。",
-    "Multiply-adds of full attention: Q·Kᵀ and A·V over every pair.":
-        "完整注意力的乘加次数：对每一对计算 Q·Kᵀ 与 A·V。",
-})

@@ -22,7 +22,7 @@ import numpy as np
 import openpyxl
 
 from reference.ssm import ssm_ref
-from sheets._bands import COST_ZH, Cost, cost_section
+from sheets._bands import Cost, cost_section
 from sheets.attention import Attention
 from workbook_builder.sheet import (
     Chart,
@@ -303,83 +303,3 @@ def growth_table() -> str:
 
 if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic table
     print(growth_table())
-
-
-# sheet text in Chinese (workbook_builder/teaching/i18n.py)
-Ssm.translations = {"zh": {
-    "h_t over time: state n1 of the first channels": "h_t 随时间的变化：前几个通道的状态 n1",
-    "{before}example hand: small integers; A = −1 and −e, an input pulse at t1 and t4":
-        "{before}示例 hand：小整数；A = −1 与 −e，输入脉冲在 t1 与 t4",
-    "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows":
-        "Mamba S6 选择性扫描：softplus Δ，Ā = exp(ΔA)，h_t 逐行递推",
-    "Step 1 — inputs: the sequence U (one row per time step) and the parameters":
-        "Step 1：输入 — 序列 U（每个时间步一行）与参数",
-    "One row per time step, one column per channel.": "每个时间步一行，每个通道一列。",
-    "A is stored as its log so that A = −exp(A_LOG) stays negative: the state decays.":
-        "A 以对数形式存储，使 A = −exp(A_LOG) 始终为负：状态会衰减。",
-    "SSM input u_t": "SSM 输入 u_t", "Δ projection W_Δ": "Δ 投影 W_Δ",
-    "B projection W_B": "B 投影 W_B", "C projection W_C": "C 投影 W_C",
-    "log of −A": "−A 的对数",
-    "The skip connection: y_t gets D ⊙ u_t added.": "跳跃连接：y_t 加上 D ⊙ u_t。",
-    "Δ bias b_Δ": "Δ 偏置 b_Δ", "skip weight D": "跳跃权重 D",
-    'Step 2 — selection: Δ, B and C depend on the input at each step (this is what makes S6 '
-    '"selective")': "Step 2：选择机制 — Δ、B、C 在每一步都依赖输入（这就是 S6“选择性”的来源）",
-    "The step size before softplus.": "softplus 之前的步长。",
-    "Softplus keeps Δ positive. It is the natural log LN: base-10 LOG here (a bug in a "
-    "circulating Mamba sheet) makes every later block wrong. Above 20 PyTorch returns x "
-    "itself.": "Softplus 保证 Δ 为正。这里必须用自然对数 LN：用以 10 为底的 LOG（流传的某个 Mamba "
-               "表格中的错误）会让后面的每个块都出错。输入大于 20 时 PyTorch 直接返回 x。",
-    "Input matrix B for each time step.": "每个时间步的输入矩阵 B。",
-    "Read-out matrix C for each time step.": "每个时间步的读出矩阵 C。",
-    "Diagonal state matrix, one row of N decay rates per channel; it does not depend on the "
-    "input.": "对角状态矩阵，每个通道一行 N 个衰减率；它不依赖输入。",
-    "Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; B̄ = Δ·B is Euler "
-    "(not the paper's ZOH B̄), as mamba's selective_scan_ref does":
-        "Step 3：逐通道离散化 — Ā = exp(Δ·A) 为零阶保持；B̄ = Δ·B 为欧拉法（不是论文的 ZOH B̄），"
-        "与 mamba 的 selective_scan_ref 一致",
-    "How much of the state survives one step: in (0, 1) because Δ > 0 and A < 0. Columns "
-    "d.n: channel d, state n.": "状态经过一步后保留的比例：因为 Δ > 0 且 A < 0，所以在 (0, 1) "
-                              "之间。列 d.n：通道 d、状态 n。",
-    "What the input writes into the state this step. Euler B̄ = Δ·B, not ZOH's "
-    "(ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code does this.":
-        "这一步输入写入状态的量。欧拉法 B̄ = Δ·B，而不是 ZOH 的 (ΔA)⁻¹(exp(ΔA) − I)·ΔB："
-        "Mamba 的代码就是这样做的。",
-    "Ā_t = exp(Δ_t·A)   (zero-order hold)": "Ā_t = exp(Δ_t·A)   （零阶保持）",
-    "B̄_t u_t = Δ_t·B_t·u_t   (Euler)": "B̄_t u_t = Δ_t·B_t·u_t   （欧拉法）",
-    "Step 4 — the scan: each row reads the row above it (h_0 = 0)":
-        "Step 4：扫描 — 每行读取上一行（h_0 = 0）",
-    "The hidden state: N numbers per channel, updated once per row. Work and cells grow "
-    "linearly with the sequence length.": "隐藏状态：每个通道 N 个数，每行更新一次。计算量和"
-                                         "单元格数随序列长度线性增长。",
-    "Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t": "Step 5：读出 — y_t = C_t·h_t + D ⊙ u_t",
-    "Each channel reads its N states through C_t and adds the skip term. One formula per "
-    "cell in both layouts: a whole-block formula would need a reshape Excel lacks.":
-        "每个通道通过 C_t 读出它的 N 个状态，并加上跳跃项。两种布局都是每个单元格一个公式："
-        "整块公式需要 Excel 没有的 reshape。",
-    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N + 15 in the cost table — linear in the "
-    "length L; attention's scores, exponentials and weights take 4·L².":
-        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N + 代价表的 15 — 与长度 L 成线性；注意力的"
-        "分数、指数和权重需要 4·L²。",
-    "Formula cells: L·(3·D·N + 3·D + 2·N) + D·N + 2·L·D for the gate + 15 in the cost table "
-    "— linear in the length L; attention's scores, exponentials and weights take 4·L².":
-        "公式单元格数：L·(3·D·N + 3·D + 2·N) + D·N + 门控的 2·L·D + 代价表的 15 — 与长度 L 成"
-        "线性；注意力的分数、指数和权重需要 4·L²。",
-    "Mamba's second branch; it gates the output.": "Mamba 的第二条分支；它对输出做门控。",
-    # the cost table
-    **COST_ZH,
-    COST_TITLE: "代价 — 随 L 线性增长：一个 D×N 的状态，每步更新一次；取本表的 L 以及 "
-                "L = 1k、4k、32k",
-    "State held at once: h_t, one row of H (D channels × N states); the sheet keeps every "
-    "row for reading. Does not grow with L.": "同时保存的状态：h_t，即 H 的一行（D 个通道 × "
-                                              "N 个状态）；本表为了阅读保留了每一行。不随 L 增长。",
-    "Multiply-adds: the state update Ā·h + B̄u in every row after the first (h_0 = 0), and "
-    "the read-out C_t·h_t + D·u_t. Linear in L. The discretisation Ā, B̄u and the gate are "
-    "elementwise products, not counted.":
-        "乘加次数：第一行之后每行的状态更新 Ā·h + B̄u（h_0 = 0），以及读出 C_t·h_t + D·u_t。"
-        "随 L 线性增长。离散化 Ā、B̄u 和门控是逐元素乘积，不计入。",
-    "gate branch z_t": "门控分支 z_t",
-    "z·sigmoid(z), written with TANH because z/(1+EXP(−z)) overflows for z below −709.":
-        "z·sigmoid(z)，用 TANH 写出，因为 z/(1+EXP(−z)) 在 z 小于 −709 时会溢出。",
-    "The gated output of the Mamba mixer (before out_proj).":
-        "Mamba 混合层的门控输出（out_proj 之前）。",
-}}

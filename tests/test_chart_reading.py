@@ -11,7 +11,7 @@ import pytest
 from conftest import build
 
 from workbook_builder.sheet.printing import row_pt
-from workbook_builder.teaching.i18n import SHARED
+from workbook_builder.teaching.i18n import SHARED, catalog_sections
 
 DRAWING_NS = "{http://schemas.openxmlformats.org/drawingml/2006/spreadsheetDrawing}"
 # the words the charts of these kinds must show, by language (English: the message ids)
@@ -30,7 +30,7 @@ def chart_texts(xml: str) -> list[str]:
 
 
 def in_lang(text: str, lang: str) -> str:
-    return text if lang == "en" else SHARED["zh"].get(text, text)
+    return text if lang == "en" else catalog_sections(lang)[SHARED].get(text, text)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -101,8 +101,8 @@ def test_chinese_attention_uses_the_tutorials_step_names(tmp_path):
 
 
 def test_catalog_fills_template_slots_and_translates_what_they_captured():
-    tr = Catalog("zh", [{"zh": {"Head {h} of {what}": "{what}的第 {h} 个头",
-                                "the keys": "键"}}], keep=["max"])
+    tr = Catalog("zh", {"Head {h} of {what}": "{what}的第 {h} 个头", "the keys": "键"},
+                 keep=["max"])
     assert tr("Head 3 of the keys") == "键的第 3 个头"
     assert tr("Head 3 of lions") == "lions的第 3 个头"
     assert tr("max") == "max"  # a token label equal to a catalog entry stays

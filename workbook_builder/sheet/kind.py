@@ -57,9 +57,6 @@ class Kind:
     test_cases: ClassVar[list[dict[str, Any]]] = []
     # (file stem, parameters) that `attnsheets demo` builds
     demo_cases: ClassVar[list[tuple[str, dict[str, Any]]]] = []
-    # the kind's sheet text in other languages: {"zh": {English as written: translation}},
-    # "{name}" slots matching formatted text (workbook_builder/teaching/i18n.py)
-    translations: ClassVar[dict[str, dict[str, str]]] = {}
     tokens_help: ClassVar[str] = 'comma-separated row labels, e.g. "我,爱,AI"'
     # `--example NAME` presets, each made when asked (a real model's is loaded then)
     examples: ClassVar[dict[str, Callable[[], Example]]] = {}

