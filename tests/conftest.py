@@ -27,8 +27,8 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.cli.app import main
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.gnumeric import recalculate_many
+from workbook_builder.engines.internals.of_openpyxl import load_workbook
 from workbook_builder.engines.libreoffice import convert_many
-from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.sheet.registry import load_kinds

@@ -1,4 +1,4 @@
-"""Our changes to the `formulas` engine (thirdparty.formulas_changes) are in place only while
+"""Our changes to the `formulas` engine (of_formulas.formulas_changes) are in place only while
 we calculate: after `api.check`, a user's own `formulas` model in the same process calculates
 exactly as the released library does, progress bar included; inside our calculation, ERF of
 any single value is the released ERF; every place changed holds its own value again after a
@@ -16,7 +16,7 @@ import openpyxl
 import pytest
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.engines import thirdparty
+from workbook_builder.engines.internals import of_formulas
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_after_check_a_users_own_model_calculates_as_released(tmp_path):
 
 
 def compiled(formula: str):
-    return thirdparty.formulas_engine().Parser().ast(formula)[1].compile()
+    return of_formulas.formulas_engine().Parser().ast(formula)[1].compile()
 
 
 def text(value) -> str:
@@ -97,7 +97,7 @@ def test_inside_our_calculation_erf_of_single_values_is_the_released_erf():
         [f"=ERF({x},{y})" for x in SINGLE_VALUES for y in SINGLE_VALUES] + \
         ["=ERF(1,)", "=ERF({0.5})", "=ERF({1,2},{1,2,3})"]
     released = [text(compiled(f)()) for f in formulas]
-    with thirdparty.formulas_changes():
+    with of_formulas.formulas_changes():
         inside = [text(compiled(f)()) for f in formulas]
     assert inside == released
 
@@ -107,7 +107,7 @@ def test_inside_our_calculation_erf_of_a_computed_array_is_erf_of_each_element()
     row = "{" + ",".join(str(e) for e in elements) + "}"
     released_each = [compiled(f"=ERF({e})")() for e in elements]
     released_pairs = [compiled(f"=ERF({e},0.25)")() for e in elements]
-    with thirdparty.formulas_changes():
+    with of_formulas.formulas_changes():
         each, pairs = compiled(f"=ERF({row})")(), compiled(f"=ERF({row},0.25)")()
     assert text(each) == text([[np.asarray(v, object).item() for v in released_each]])
     assert text(pairs) == text([[np.asarray(v, object).item() for v in released_pairs]])
@@ -119,21 +119,21 @@ def test_inside_our_calculation_erf_of_a_computed_array_is_erf_of_each_element()
 
 def places() -> list:
     """What every place we change holds now."""
-    return [thirdparty._read(place) for place, _, _, _ in thirdparty._places()]
+    return [of_formulas._read(place) for place, _, _, _ in of_formulas._places()]
 
 
 def test_every_place_holds_its_own_value_again_after_blocks_nested_or_failing():
-    with thirdparty.formulas_changes():
+    with of_formulas.formulas_changes():
         pass
     own = places()
-    assert own == [own_value for _, own_value, _, _ in thirdparty._places()]
+    assert own == [own_value for _, own_value, _, _ in of_formulas._places()]
     with pytest.raises(ZeroDivisionError):
-        with thirdparty.formulas_changes(shortcuts=True):
+        with of_formulas.formulas_changes(shortcuts=True):
             ours = places()
             assert ours != own
-            with thirdparty.formulas_changes():  # our own nested call: as the enclosing block
+            with of_formulas.formulas_changes():  # our own nested call: as the enclosing block
                 assert places() == ours
-            with thirdparty.formulas_changes(shortcuts=False):
+            with of_formulas.formulas_changes(shortcuts=False):
                 inner = places()
                 assert inner != own and inner != ours  # ERF and the quiet bar only
             assert places() == ours

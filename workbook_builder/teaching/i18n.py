@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from openpyxl.comments import Comment
 from openpyxl.workbook.workbook import Workbook
 
-from workbook_builder.engines.thirdparty import stored_cells
+from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.sheet.cells import set_text
 
 LANGS = ("en", "zh")
