@@ -34,7 +34,10 @@ import functools
 import importlib
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("workbook_builder", "sheets", "reference")
@@ -107,7 +110,10 @@ def library_underscored(library: str) -> frozenset[str]:
     folder = Path(importlib.util.find_spec(library).origin).parent
     names = set()
     for path in folder.rglob("*.py"):
-        tree = ast.parse(path.read_bytes())
+        with warnings.catch_warnings():  # the libraries' own invalid escapes in strings
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            tree = ast.parse(path.read_bytes())
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 names.add(node.name)
@@ -283,3 +289,74 @@ def test_the_rule_sees_each_kind_of_use(tmp_path):
     print("\n".join(found))
     assert [line.split(":")[1] for line in found] == \
         ["1", "4", "5", "8", "10", "11", "12", "13", "17"], found
+
+
+def internals_imports() -> set[str]:
+    """The libraries of LIBRARIES the internals package imports."""
+    found = set()
+    for path in (ROOT.joinpath(*INTERNALS)).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+    return found & set(LIBRARIES)
+
+
+def test_every_library_the_internals_touch_has_a_version_guard():
+    from workbook_builder.engines.internals import versions
+
+    assert internals_imports() == set(LIBRARIES)
+    assert set(versions.SUPPORTED) == set(LIBRARIES)
+    for library, (low, high) in versions.SUPPORTED.items():
+        installed = importlib.import_module(library).__version__
+        assert versions.supported(library) == versions.within(installed, low, high)
+        assert not versions.supported(library, high) and versions.supported(library, low)
+
+
+@pytest.mark.parametrize("value,forced", [("1", True), ("yes", True), ("0", False),
+                                          ("", False), (None, False)])
+def test_the_environment_switch_turns_every_guard_off(monkeypatch, value, forced):
+    from workbook_builder.engines.internals import of_formulas, of_openpyxl, versions
+
+    if value is None:
+        monkeypatch.delenv(versions.RELEASED_LIBRARIES_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(versions.RELEASED_LIBRARIES_SWITCH, value)
+    within = {library: versions.within(importlib.import_module(library).__version__, *span)
+              for library, span in versions.SUPPORTED.items()}
+    assert {library: versions.supported(library) for library in LIBRARIES} == \
+        {library: within[library] and not forced for library in LIBRARIES}
+    assert of_openpyxl.openpyxl_shortcuts() == (within["openpyxl"] and not forced)
+    assert of_formulas.formula_shortcuts() == \
+        (within["formulas"] and within["schedula"] and not forced)
+    assert of_openpyxl.openpyxl_shortcuts(True) and of_formulas.formula_shortcuts(True)
+
+
+def test_constraints_pin_every_dependency_and_the_guarded_releases():
+    """constraints.txt (what CI installs) names one release of every dependency in
+    pyproject.toml, the test extra's included, and the guarded libraries' releases lie
+    inside what their shortcuts were written for."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from workbook_builder.engines.internals import versions
+
+    def canonical(name: str) -> str:
+        return name.lower().replace("_", "-").replace(".", "-")
+
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, release = line.partition("==")
+            assert release and canonical(name) not in pins, line
+            pins[canonical(name)] = release
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    for text in [*project["dependencies"], *project["optional-dependencies"]["test"]]:
+        requirement = Requirement(text)
+        name = canonical(requirement.name)
+        assert name in pins, f"{name} has no release in constraints.txt"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (text, pins[name])
+    for library, span in versions.SUPPORTED.items():
+        assert versions.within(pins[library], *span), (library, pins[library], span)
