@@ -360,3 +360,19 @@ def test_constraints_pin_every_dependency_and_the_guarded_releases():
         assert requirement.specifier.contains(pins[name], prereleases=True), (text, pins[name])
     for library, span in versions.SUPPORTED.items():
         assert versions.within(pins[library], *span), (library, pins[library], span)
+
+
+def test_chart_rows_are_the_rows_a_chart_is_anchored_to():
+    from openpyxl import Workbook
+    from openpyxl.chart import LineChart
+    from openpyxl.drawing.spreadsheet_drawing import AnchorMarker, TwoCellAnchor
+
+    from workbook_builder.engines.internals.of_openpyxl import chart_rows
+
+    ws = Workbook().active
+    corner_to_corner = LineChart()
+    corner_to_corner.anchor = TwoCellAnchor(_from=AnchorMarker(col=1, row=2),
+                                            to=AnchorMarker(col=5, row=9))
+    ws.add_chart(corner_to_corner)
+    ws.add_chart(LineChart(), "H2")  # one corner only: no rows of its own
+    assert chart_rows(ws) == [(3, 10)]

@@ -268,3 +268,15 @@ def set_default_font(wb, font) -> None:
     from openpyxl.utils.indexed_list import IndexedList
     wb._fonts = IndexedList([font])
     wb._named_styles["Normal"].font = font
+
+
+def chart_rows(ws) -> list[tuple[int, int]]:
+    """(first row, last row), 1-based, of each chart anchored corner to corner on `ws`.
+    openpyxl keeps a sheet's charts in `_charts` and a two-cell anchor's top-left corner
+    in `_from` (`from` is a Python keyword), neither published."""
+    rows = []
+    for chart in ws._charts:
+        anchor = chart.anchor
+        if hasattr(anchor, "_from") and hasattr(anchor, "to"):
+            rows.append((anchor._from.row + 1, anchor.to.row + 1))
+    return rows
