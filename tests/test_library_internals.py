@@ -376,3 +376,23 @@ def test_chart_rows_are_the_rows_a_chart_is_anchored_to():
     ws.add_chart(corner_to_corner)
     ws.add_chart(LineChart(), "H2")  # one corner only: no rows of its own
     assert chart_rows(ws) == [(3, 10)]
+
+
+def test_openpyxl_is_as_released_after_we_read_and_save(tmp_path):
+    """The number reader, the float writer and the font serialiser we replace while we read
+    or save are openpyxl's own again afterwards, for a user's own openpyxl calls."""
+    from openpyxl import Workbook
+    from openpyxl.cell import _writer
+    from openpyxl.styles.fonts import Font
+    from openpyxl.worksheet import _reader
+
+    from workbook_builder.engines.internals.of_openpyxl import load_workbook, save_workbook
+
+    released = (_reader._cast_number, _writer.safe_string, Font.__dict__.get("to_tree"),
+                Font.to_tree)
+    wb = Workbook()
+    wb.active["A1"] = 0.1 + 0.2
+    save_workbook(wb, tmp_path / "ours.xlsx")
+    assert load_workbook(tmp_path / "ours.xlsx").active["A1"].value == 0.1 + 0.2
+    assert (_reader._cast_number, _writer.safe_string, Font.__dict__.get("to_tree"),
+            Font.to_tree) == released
