@@ -27,8 +27,9 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.cli.app import main
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.gnumeric import recalculate_many
+from workbook_builder.engines.internals.of_openpyxl import load_workbook
+from workbook_builder.engines.internals.versions import RELEASED_LIBRARIES_SWITCH
 from workbook_builder.engines.libreoffice import convert_many
-from workbook_builder.engines.thirdparty import load_workbook
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.sheet.registry import load_kinds
@@ -367,3 +368,15 @@ def gnumeric_demo(demo, tmp_path_factory) -> list[tuple[Path, Path]]:
     folder = once_per_run(tmp_path_factory, "gnumeric",
                           lambda folder: recalculate_many(demo.books, folder))
     return [(book, folder / book.name) for book in demo.books]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--released-libraries", action="store_true",
+                     help="run with every library as released: each version guard of "
+                          "workbook_builder/engines/internals answers 'unsupported' (sets "
+                          f"{RELEASED_LIBRARIES_SWITCH}=1)")
+
+
+def pytest_configure(config):
+    if config.getoption("--released-libraries"):
+        os.environ[RELEASED_LIBRARIES_SWITCH] = "1"  # read at each guard, workers inherit it

@@ -1,4 +1,4 @@
-"""Each formula form compiled once (`thirdparty.model_from_dict`) gives exactly the values of
+"""Each formula form compiled once (`of_formulas.model_from_dict`) gives exactly the values of
 the engine's own per-cell path (`ExcelModel.from_dict`): same type, same value, errors
 included, for every kind, layout and test case, for exercises, for a workbook of awkward
 formulas and for files saved by LibreOffice."""
@@ -9,9 +9,10 @@ from conftest import ALL_CASES, ATTENTION, build, exercise_book, fill, requires_
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.engines import thirdparty
 from workbook_builder.engines.formulas_engine import FormulasModel
+from workbook_builder.engines.internals import of_formulas, versions
 from workbook_builder.engines.libreoffice import convert
+from workbook_builder.sheet import refs
 
 
 def typed(values):
@@ -38,7 +39,7 @@ def assert_same_values(path):
 def shared_functions(model) -> dict[str, int]:
     """Formula text of each compiled function the model's cells share -> cells sharing it."""
     users: dict[int, list] = {}
-    for cell in model._model.cells.values():
+    for cell in model.engine_model.cells.values():
         if getattr(cell, "func", None) is not None:
             users.setdefault(id(cell.func.func), []).append(cell)
     return {cells[0].func.func.__name__: len(cells) for cells in users.values()
@@ -63,7 +64,7 @@ def repeated_forms(path) -> bool:
         for row in ws.iter_rows():
             for cell in row:
                 if isinstance(cell.value, str) and cell.value.startswith("="):
-                    form = thirdparty.formula_form(cell.value, cell.row, cell.column)
+                    form = refs.formula_form(cell.value, cell.row, cell.column)
                     key = None if form is None else (ws.title, str(form[0]))
                     if key in seen:
                         return True
@@ -151,7 +152,8 @@ def test_files_saved_by_libreoffice_give_the_same_values(tmp_path):
 def test_outside_the_known_engine_versions_the_engines_own_path_is_taken(tmp_path,
                                                                        monkeypatch):
     path = build(tmp_path, "attention", ATTENTION)
-    monkeypatch.setattr(thirdparty, "FORMULAS_VERSIONS", ("0.1", "0.2"))
+    of_formulas._places()  # the engine's own functions read before the release is changed
+    monkeypatch.setitem(versions.SUPPORTED, "formulas", ("0.1", "0.2"))
     assert not shared_functions(FormulasModel(path, direct=False))
     monkeypatch.undo()
     assert shared_functions(FormulasModel(path, direct=False))

@@ -11,8 +11,8 @@ import pytest
 from conftest import KINDS, build, formulas_of
 
 from workbook_builder.checking.names import find_name
-from workbook_builder.engines import thirdparty
 from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values
+from workbook_builder.engines.internals import of_formulas, of_openpyxl, versions
 from workbook_builder.sheet.refs import parse_range
 
 CASES = [(name, "cells") for name in sorted(KINDS)] + [("multihead", "blocks"),
@@ -33,7 +33,7 @@ def test_fast_loader_equals_the_engines_own_loader(tmp_path, kind_name, layout):
     path = build(tmp_path, kind_name, KINDS[kind_name].test_cases[-1], layout=layout)
     fast = FormulasModel(path).evaluate()
     # the engine as released (with ERF over computed arrays, as the blocks layout needs)
-    with _quiet_numpy(), thirdparty.formulas_changes(shortcuts=False) as engine:
+    with _quiet_numpy(), of_formulas.formulas_changes(shortcuts=False) as engine:
         own = _solution_values(engine.ExcelModel().loads(str(path)).finish().calculate())
     cells = list(formula_cells(path))
     assert cells
@@ -67,28 +67,28 @@ def test_every_shortcut_equals_the_public_path(tmp_path, layout):
     path = build(tmp_path, "multihead", KINDS["multihead"].test_cases[-1], layout=layout)
     wb = openpyxl.load_workbook(path)
     for ws in wb.worksheets:
-        fast, public = ({c.coordinate: c.value for c in thirdparty.stored_cells(ws, shortcuts=s)
+        fast, public = ({c.coordinate: c.value for c in of_openpyxl.stored_cells(ws, shortcuts=s)
                          if c.value is not None} for s in (True, False))
         assert fast == public and fast
     ws = wb.worksheets[0]
     source = ws.cell(9, 2)
     for shortcuts, target in ((True, ws.cell(60, 60)), (False, ws.cell(61, 61))):
-        thirdparty.copy_style(source, target, shortcuts=shortcuts)
+        of_openpyxl.copy_style(source, target, shortcuts=shortcuts)
         assert [repr(getattr(target, a)) for a in ("fill", "font", "border", "number_format")] \
             == [repr(getattr(source, a)) for a in ("fill", "font", "border", "number_format")]
     fast = FormulasModel(path).evaluate()
-    with thirdparty.formulas_changes(shortcuts=False):
+    with of_formulas.formulas_changes(shortcuts=False):
         public = FormulasModel(path).evaluate()
     assert fast == public
 
 
 def test_shortcuts_are_taken_only_for_the_versions_they_were_written_for():
-    assert thirdparty.OPENPYXL_SHORTCUTS == version("openpyxl").startswith("3.1.")
-    assert thirdparty.within(version("formulas"), *thirdparty.FORMULAS_VERSIONS) == \
+    assert of_openpyxl.openpyxl_shortcuts() == version("openpyxl").startswith("3.1.")
+    assert versions.within(version("formulas"), *versions.SUPPORTED["formulas"]) == \
         version("formulas").startswith("1.3.")
-    assert not thirdparty.within("1.4.0", "1.3.4", "1.4")
-    assert not thirdparty.within("1.3.3", "1.3.4", "1.4")
-    assert thirdparty.within("1.3.10", "1.3.4", "1.4")
+    assert not versions.within("1.4.0", "1.3.4", "1.4")
+    assert not versions.within("1.3.3", "1.3.4", "1.4")
+    assert versions.within("1.3.10", "1.3.4", "1.4")
 
 
 def test_the_engines_statistics_still_work_with_scipy_loaded_on_first_use():
@@ -98,7 +98,7 @@ def test_the_engines_statistics_still_work_with_scipy_loaded_on_first_use():
 
     from scipy.stats import norm
 
-    engine = thirdparty.formulas_engine()
+    engine = of_formulas.formulas_engine()
     compiled = engine.Parser().ast("=NORM.S.DIST(0.5,TRUE)+STDEV.S(1,2,4)")[1].compile()
     assert compiled() == pytest.approx(norm.cdf(0.5) + statistics.stdev([1, 2, 4]),
                                        rel=1e-15)
@@ -126,6 +126,6 @@ def test_float_inputs_read_back_bit_identical(tmp_path):
     values = [float(x) for x in given["X"].ravel()]
     for i, x in enumerate(values, start=1):
         released.active.cell(i, 1, x)
-    thirdparty.save_workbook(released, tmp_path / "released.xlsx", shortcuts=False)
+    of_openpyxl.save_workbook(released, tmp_path / "released.xlsx", shortcuts=False)
     back = [c.value for c in openpyxl.load_workbook(tmp_path / "released.xlsx").active["A"]]
     assert back != values

@@ -4,7 +4,7 @@ text included, for every kind, layout and demo case, for awkward formulas and fo
 saved by LibreOffice. The direct calculation (`direct_calc.DirectCalculation`: each formula
 shape compiled once, the cells evaluated in dependency order from one grid per sheet, no
 graph) gives every value of the plain loop over the engine's graph
-(`thirdparty.OrderedCalculation`, each formula form compiled once), which it falls back to;
+(`of_schedula.OrderedCalculation`, each formula form compiled once), which it falls back to;
 what the loop cannot reproduce (cycles, failing functions, another engine version) takes
 the engine's own calculation."""
 
@@ -18,9 +18,11 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 from test_compile_cache import awkward_workbook
 
-from workbook_builder.engines import direct_calc, thirdparty
+from workbook_builder.engines import internals
 from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values
+from workbook_builder.engines.internals import direct_calc, of_formulas, of_schedula, versions
 from workbook_builder.engines.libreoffice import convert
+from workbook_builder.sheet import refs
 from workbook_builder.sheet.refs import parse_range
 
 DEMOS = [(name, label, params, layout) for name, kind in sorted(KINDS.items())
@@ -34,7 +36,7 @@ def typed(values):
 
 def engines_own_values(path):
     """Every value of the engine's own loader and calculation, as released."""
-    with _quiet_numpy(), thirdparty.formulas_changes(shortcuts=False) as engine:
+    with _quiet_numpy(), of_formulas.formulas_changes(shortcuts=False) as engine:
         return _solution_values(engine.ExcelModel().loads(str(path)).finish().calculate())
 
 
@@ -50,14 +52,14 @@ def formula_cells(path):
 def fast_model(path):
     model = FormulasModel(path)
     values = typed(model.evaluate())
-    assert model._direct is not None, "the direct calculation refused this workbook"
+    assert model.path == "direct", "the direct calculation refused this workbook"
     return model, values
 
 
 def graph_model(path):
     model = FormulasModel(path, direct=False)
     values = typed(model.evaluate())
-    assert model._ordered_calc is not None, "the plain loop refused this workbook"
+    assert model.path == "ordered", "the plain loop refused this workbook"
     return model, values
 
 
@@ -173,10 +175,10 @@ def test_new_inputs_give_what_the_engine_gives(tmp_path):
     inputs = {(sheet, top, left): 7.5, (sheet, top + 1, left): -2.0}
     assert typed(fast.evaluate(inputs)) == typed(own.evaluate(inputs))
     assert typed(fast.evaluate(inputs)) != typed(fast.evaluate())
-    assert fast._direct is not None and own._direct is None and own._ordered_calc is None
+    assert (fast.path, own.path) == ("direct", "engine")
     graph = FormulasModel(path, direct=False)
     assert typed(graph.evaluate(inputs)) == typed(own.evaluate(inputs))
-    assert graph._ordered_calc is not None
+    assert graph.path == "ordered"
 
 
 def test_circular_references_take_the_engines_own_calculation(tmp_path):
@@ -186,7 +188,7 @@ def test_circular_references_take_the_engines_own_calculation(tmp_path):
     wb.save(tmp_path / "cycle.xlsx")
     model = FormulasModel(tmp_path / "cycle.xlsx")
     values = typed(model.evaluate())
-    assert model._ordered_calc is None and model._use_ordered_calc is False
+    assert model.path == "engine"
     assert values == typed(FormulasModel(tmp_path / "cycle.xlsx",
                                          ordered_calc=False).evaluate())
     assert values[("SHEET", 1, 4)][1] in ("10", "10.0")  # the rest is calculated
@@ -200,32 +202,31 @@ def test_a_function_that_fails_takes_the_engines_own_calculation(tmp_path, monke
 
     def failing_run(self, values):
         calls.append(1)
-        raise thirdparty.CalculationRefused("a formula raised")
+        raise internals.CalculationRefused("a formula raised")
 
-    monkeypatch.setattr(thirdparty._Plan, "run", failing_run)
+    monkeypatch.setattr(of_schedula._Plan, "run", failing_run)
     assert typed(model.evaluate()) == expected
-    assert calls and model._direct is None and model._model is not None
+    assert calls and model.path == "engine"
 
 
 def test_outside_the_known_engine_versions_the_engines_own_calculation_is_taken(
         tmp_path, monkeypatch):
-    from workbook_builder.engines import formulas_engine
-
     path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
-    monkeypatch.setattr(formulas_engine, "FORMULAS_VERSIONS", ("0.1", "0.2"))
+    of_formulas._places()  # the engine's own functions read before the release is changed
+    for library in ("formulas", "schedula"):
+        monkeypatch.setitem(versions.SUPPORTED, library, ("0.1", "0.2"))
+        model = FormulasModel(path)
+        model.evaluate()
+        assert model.path == "engine"
+        with pytest.raises(internals.CalculationRefused):
+            direct_calc.DirectCalculation({}, "book.xlsx")
+        monkeypatch.undo()
     model = FormulasModel(path)
     model.evaluate()
-    assert model._direct is None and model._ordered_calc is None
-    monkeypatch.setattr(thirdparty, "FORMULAS_VERSIONS", ("0.1", "0.2"))
-    with pytest.raises(thirdparty.CalculationRefused):
-        direct_calc.DirectCalculation({}, "book.xlsx")
-    monkeypatch.undo()
-    model = FormulasModel(path)
-    model.evaluate()
-    assert model._direct is not None
+    assert model.path == "direct"
     model = FormulasModel(path, direct=False)
     model.evaluate()
-    assert model._ordered_calc is not None
+    assert model.path == "ordered"
 
 
 def test_formulas_the_direct_calculation_refuses_take_the_engines_path(tmp_path):
@@ -246,7 +247,7 @@ def test_formulas_the_direct_calculation_refuses_take_the_engines_path(tmp_path)
         path = tmp_path / f"{refused}.xlsx"
         wb.save(path)
         model = FormulasModel(path)
-        assert model._direct is None and model._model is not None
+        assert model.path != "direct"
         values = typed(model.evaluate())
         own = typed(engines_own_values(path))
         assert all(values[c] == own[c] for c in formula_cells(path)), refused
@@ -267,8 +268,8 @@ def test_formula_shapes_are_compiled_once_whatever_the_size(tmp_path):
         path = build(tmp_path, "multihead", {"seq_len": seq_len, "d_model": 4, "heads": 2},
                      name=f"heads{seq_len}.xlsx")
         model, _ = fast_model(path)
-        loops.append(len(model._direct._loops))
-        forms.append(len({thirdparty.formula_form(text, *cell)[0]
+        loops.append(model.compiled_formulas)
+        forms.append(len({refs.formula_form(text, *cell)[0]
                           for text, cell in formula_texts(path) if text.startswith("=")}))
     assert loops[0] == loops[1] and forms[0] < forms[1]
     assert loops[1] < forms[1] / 2
@@ -290,13 +291,13 @@ def formula_texts(path):
 def test_range_descriptions_are_the_engines(sheet, top, left, bottom, right):
     from formulas.ranges import Ranges
 
-    thirdparty.formulas_engine()
+    of_formulas.formulas_engine()
     describe = direct_calc._RangeDicts("b.xlsx")
     describe(sheet, 2, 2, 2 + (top != bottom), 2 + (left != right))  # the model of its kind
     made = describe(sheet, top, left, bottom, right)
-    ref = thirdparty._column_letters(left) + str(top) + (
+    ref = refs.column_letters(left) + str(top) + (
         "" if (top, left) == (bottom, right) else
-        ":" + thirdparty._column_letters(right) + str(bottom))
+        ":" + refs.column_letters(right) + str(bottom))
     parsed = Ranges().push(f"'[b.xlsx]{sheet}'!{ref}", raise_anchor=False).ranges[0]
     assert made == parsed and list(made) == list(parsed)
 
@@ -317,7 +318,7 @@ def test_empty_results_are_replaced_as_the_engine_replaces_them():
 
 
 def test_index_gives_what_the_engines_own_index_gives(tmp_path):
-    """INDEX makes only the one-cell reference it picks (`thirdparty._index_by_cell`);
+    """INDEX makes only the one-cell reference it picks (`of_formulas._index_by_cell`);
     picked any other way, out of range, over a row, a block or two areas, it gives what
     the released INDEX gives."""
     wb = openpyxl.Workbook()
@@ -346,5 +347,5 @@ def test_index_gives_what_the_engines_own_index_gives(tmp_path):
     wb.save(path)
     model = FormulasModel(path)
     values, own = typed(model.evaluate()), typed(engines_own_values(path))
-    assert model._direct is None and model._ordered_calc is not None
+    assert model.path == "ordered"
     assert all(values[c] == own[c] for c in formula_cells(path))

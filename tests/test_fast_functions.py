@@ -2,17 +2,17 @@
 `formulas` engine's own functions give — same shape, same element types, same bits — for
 random arrays and edge values (0, −0, negatives, huge, subnormal, overflowing, inf- and
 error-producing), and take the fast path only where every operand is a plain number; they
-are in place only inside `thirdparty.formulas_changes` with the shortcuts on, and the
+are in place only inside `of_formulas.formulas_changes` with the shortcuts on, and the
 engine's own functions are back afterwards."""
 
 import numpy as np
 import pytest
 import schedula as sh
 
-from workbook_builder.engines import fast_functions, thirdparty
 from workbook_builder.engines.formulas_engine import _quiet_numpy
+from workbook_builder.engines.internals import fast_functions, of_formulas
 
-formulas = thirdparty.formulas_engine()
+formulas = of_formulas.formulas_engine()
 from formulas.functions import Array, Error  # noqa: E402  (after the engine is set up)
 from formulas.functions.operators import OPERATORS  # noqa: E402
 
@@ -54,7 +54,7 @@ def registry(name):
 
 def installed_function(name):
     """The function `formulas_changes` puts in the engine's registry for `name`."""
-    with thirdparty.formulas_changes(shortcuts=True):
+    with of_formulas.formulas_changes(shortcuts=True):
         return registry(name)[name]
 
 
@@ -181,9 +181,9 @@ def test_the_engines_own_functions_are_back_outside_our_calculation_and_with_sho
 
     own = current()
     assert not any(hasattr(f, "engine_function") for f in own)
-    with thirdparty.formulas_changes(shortcuts=True):
+    with of_formulas.formulas_changes(shortcuts=True):
         installed = current()
-        with thirdparty.formulas_changes(shortcuts=False):
+        with of_formulas.formulas_changes(shortcuts=False):
             assert current() == own
         assert current() == installed
     assert current() == own

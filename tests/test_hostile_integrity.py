@@ -258,7 +258,7 @@ def test_inputs_in_date_cells_are_numbers_for_check(tmp_path):
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_both_readers_give_date_cells_as_numbers(tmp_path, monkeypatch, shortcuts):
     """openpyxl 3.1's reader told not to convert, and the public path converting back."""
-    from workbook_builder.engines import thirdparty
+    from workbook_builder.engines.internals import of_openpyxl
 
     numbers = [0.25, -1.5, 43000.123456789, 2.0, 59.5, 61.0]
     wb = openpyxl.Workbook()
@@ -267,8 +267,8 @@ def test_both_readers_give_date_cells_as_numbers(tmp_path, monkeypatch, shortcut
                                              strict=True), start=1):
         wb.active.cell(row, 1, value).number_format = style
     wb.save(tmp_path / "dates.xlsx")
-    monkeypatch.setattr(thirdparty, "OPENPYXL_SHORTCUTS", shortcuts)
-    ws = thirdparty.load_workbook(tmp_path / "dates.xlsx").active
+    monkeypatch.setattr(of_openpyxl, "openpyxl_shortcuts", lambda given=None: shortcuts)
+    ws = of_openpyxl.load_workbook(tmp_path / "dates.xlsx").active
     got = [ws.cell(row, 1).value for row in range(1, len(numbers) + 1)]
     assert all(isinstance(x, float | int) for x in got), got
     # exact from the file; to openpyxl's millisecond on the public path

@@ -1,7 +1,7 @@
 """The shape of the code: no import cycles among the project's modules, the command line on
 top of the machinery (nothing below it imports argparse), sheets that import from
-`reference/` only the one `*_ref` they are checked against, and third-party internals in
-one module."""
+`reference/` only the one `*_ref` they are checked against. (Third-party internals in one
+package: tests/test_library_internals.py.)"""
 
 import ast
 from pathlib import Path
@@ -150,15 +150,6 @@ def test_reference_imports_nothing_of_the_builder():
     for name, path in modules.items():
         if name.startswith("reference"):
             assert all(t.startswith("reference") for t, _, _ in imports_of(path, modules)), name
-
-
-def test_third_party_internals_live_in_one_module():
-    allowed = ROOT / "workbook_builder" / "engines" / "thirdparty.py"
-    needles = ("._cells", "._style", "RangesAssembler", "tqdm.tqdm =", "__globals__")
-    for path in (ROOT / "workbook_builder").rglob("*.py"):
-        if path != allowed:
-            text = path.read_text(encoding="utf-8")
-            assert not [n for n in needles if n in text], path
 
 
 def test_the_command_line_reaches_the_machinery_only_through_the_api():

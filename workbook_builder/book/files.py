@@ -27,6 +27,11 @@ from workbook_builder.book.sheet_xml import (
 from workbook_builder.book.workbook import ABOUT, BookSpec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
+from workbook_builder.engines.internals.of_openpyxl import (
+    load_workbook,
+    save_workbook,
+    stored_cells,
+)
 from workbook_builder.engines.libreoffice import (
     CJK_FONT_HINT,
     INSTALL_HINT,
@@ -35,7 +40,6 @@ from workbook_builder.engines.libreoffice import (
     require_installed,
     soffice_path,
 )
-from workbook_builder.engines.thirdparty import load_workbook, save_workbook, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS

@@ -24,10 +24,10 @@ from openpyxl.utils import get_column_letter
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.engines.cached_values import sheet_parts, unescape_xml
-from workbook_builder.engines.thirdparty import (
-    OPENPYXL_SHORTCUTS,
+from workbook_builder.engines.internals.of_openpyxl import (
     cell_with_style_id,
     load_workbook,
+    openpyxl_shortcuts,
 )
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
@@ -351,7 +351,7 @@ def load_with_constant_blocks(path: Path, data_only: bool = False) -> Workbook:
     own load for everything else, and for all of it outside the openpyxl versions this
     reads the internals of. With `data_only`, every formula cell (array formulas' included)
     holds its stored result instead of its formula, as `read_blocks` reads them."""
-    if not OPENPYXL_SHORTCUTS:
+    if not openpyxl_shortcuts():
         return load_workbook(path, data_only=data_only)
     with zipfile.ZipFile(path) as book:
         candidates = _candidates(book)

@@ -12,7 +12,7 @@ import openpyxl
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder import __version__
-from workbook_builder.engines.thirdparty import set_default_font, stored_cells
+from workbook_builder.engines.internals.of_openpyxl import set_default_font, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import set_text, write_text
 from workbook_builder.sheet.hand_layout import sheet_writer

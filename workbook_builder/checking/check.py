@@ -29,13 +29,13 @@ from workbook_builder.engines.formulas_engine import (
 )
 from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
 from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
+from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.engines.libreoffice import INSTALL_HINT as LIBREOFFICE_HINT
 from workbook_builder.engines.libreoffice import (
     evaluate_with_libreoffice,
     require_installed,
     soffice_path,
 )
-from workbook_builder.engines.thirdparty import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.constants import (

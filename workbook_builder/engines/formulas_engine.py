@@ -23,18 +23,18 @@ from openpyxl.utils import column_index_from_string
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.engines.direct_calc import DirectCalculation
-from workbook_builder.engines.thirdparty import (
-    FORMULAS_VERSIONS,
-    CalculationRefused,
-    OrderedCalculation,
+from workbook_builder.engines.internals import CalculationRefused
+from workbook_builder.engines.internals.direct_calc import DirectCalculation
+from workbook_builder.engines.internals.of_formulas import (
+    compiled_formulas,
+    formula_shortcuts,
     formulas_changes,
-    formulas_engine,
-    load_workbook,
+    is_formula_error,
     model_from_dict,
-    stored_cells,
-    within,
+    readable_formula,
 )
+from workbook_builder.engines.internals.of_openpyxl import load_workbook, stored_cells
+from workbook_builder.engines.internals.of_schedula import OrderedCalculation
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.constants import (
@@ -316,8 +316,9 @@ class FormulasModel:
         (`direct_calc.DirectCalculation`; None: unless one of the two below is False);
         otherwise, or where it refuses, the engine's model: `share_compiled`: compile each
         formula form once (`model_from_dict`); `ordered_calc`: calculate with a plain loop
-        over the compiled functions (`thirdparty.OrderedCalculation`). None: within the
-        engine versions they were written for; False: the engine's own path."""
+        over the compiled functions (`of_schedula.OrderedCalculation`). None: within the
+        library releases they were written for (`internals.versions`); False: the engine's
+        own path. `path` says which way was taken."""
         if isinstance(source, Workbook):
             wb, self._book = source, book or "book.xlsx"
         else:
@@ -337,37 +338,59 @@ class FormulasModel:
         self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
         self._entries, self._share_compiled = entries, share_compiled
         self._model = self._ordered_calc = self._direct = None
-        self._use_ordered_calc = ordered_calc
+        self._use_ordered_calc = formula_shortcuts() if ordered_calc is None else ordered_calc
         if direct is None:
             direct = share_compiled is not False and ordered_calc is not False and \
-                within(formulas_engine().__version__, *FORMULAS_VERSIONS)
+                formula_shortcuts()
         with _quiet_numpy(), _heap_frozen(), formulas_changes():
             if direct:
                 with contextlib.suppress(CalculationRefused):
                     self._direct = DirectCalculation(entries, self._book)
             if self._direct is None:
                 self._build_model()
+        self._path = "direct" if self._direct is not None else \
+            "ordered" if self._use_ordered_calc else "engine"
+
+    @property
+    def path(self) -> str:
+        """How the workbook is calculated: "direct" (straight from its cells, without the
+        engine's graph), "ordered" (the engine's graph, its compiled functions called in a
+        planned order) or "engine" (the engine's own calculation). The way the last
+        `evaluate` took; before the first, the way planned (a shortcut that finds it cannot
+        reproduce the engine's result gives way to the next, down to "engine")."""
+        return self._path
+
+    @property
+    def engine_model(self):
+        """The engine's own model (a `formulas.ExcelModel`) when the calculation takes the
+        engine's graph ("ordered" or "engine"); None on the direct path."""
+        return self._model
+
+    @property
+    def compiled_formulas(self) -> int:
+        """How many compiled formulas the calculation holds (each formula form is compiled
+        once, whatever the number of cells filled with it)."""
+        if self._direct is not None:
+            return self._direct.compiled_formulas
+        return compiled_formulas(self._model)
 
     def _build_model(self) -> None:
         """The engine's model of the workbook, for what the direct calculation refuses; a
         formula the engine cannot parse (`=1+`, a DDE link `=cmd|' /C calc'!A0`) is one
         line naming its cell."""
-        from formulas import Parser
-        from formulas.errors import FormulaError
-
         try:
             self._model = model_from_dict(self._entries, self._book, self._share_compiled)
-        except FormulaError:
+        except Exception as error:
+            if not is_formula_error(error):
+                raise
             for key, text in self._entries.items():  # which one: the error does not say
-                if isinstance(text, str) and text.startswith("="):
-                    try:
-                        Parser().ast(text)
-                    except FormulaError:
-                        sheet, _, ref = key[len(self._book) + 3:].rpartition("'!")
-                        title = next((t for t in self._sheetnames if t.upper() == sheet),
-                                     self._sheet_titles.get(sheet, sheet))
-                        raise UserError(f"{self._book}: {title}!{ref} holds {text!r}, not a "
-                                        f"formula the engine can read") from None
+                if isinstance(text, str) and text.startswith("=") and \
+                        not readable_formula(text):
+                    sheet, _, ref = key[len(self._book) + 3:].rpartition("'!")
+                    title = next((t for t in self._sheetnames if t.upper() == sheet),
+                                 self._sheet_titles.get(sheet, sheet))
+                    raise UserError(f"{self._book}: {title}!{ref} holds {text!r}, not a "
+                                    f"formula the engine can read") from None
             raise
 
     def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
@@ -402,22 +425,21 @@ class FormulasModel:
         calculation of this model exactly, else by the engine."""
         if self._direct is not None:
             try:
+                self._path = "direct"
                 return self._direct.calculate(overrides)
             except CalculationRefused:
                 self._direct = None
                 self._build_model()
-        if self._use_ordered_calc is None:
-            import formulas
-
-            self._use_ordered_calc = within(formulas.__version__, *FORMULAS_VERSIONS)
         if self._use_ordered_calc:
             try:
                 if self._ordered_calc is None:
                     self._ordered_calc = OrderedCalculation(self._model)
+                self._path = "ordered"
                 return self._ordered_calc.calculate(overrides)
             except CalculationRefused:
                 if self._ordered_calc is None:  # this model's graph: never
                     self._use_ordered_calc = False
+        self._path = "engine"
         return self._model.calculate(inputs=overrides) if overrides else \
             self._model.calculate()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from workbook_builder.engines.cached_values import trimmed_copy
 from workbook_builder.engines.formulas_engine import CellValues, check_application_input
-from workbook_builder.engines.thirdparty import load_workbook
+from workbook_builder.engines.internals.of_openpyxl import load_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.limits import named_extent
 

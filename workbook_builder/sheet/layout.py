@@ -39,7 +39,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 from openpyxl.worksheet.worksheet import Worksheet
 
-from workbook_builder.engines.thirdparty import copy_style
+from workbook_builder.engines.internals.of_openpyxl import copy_style
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.constants import add_constant_block, constant_block_at

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from workbook_builder.engines.thirdparty import stored_cells
+from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.constants import constant_blocks

@@ -1,4 +1,5 @@
-"""A1-style cell-reference helpers (rows and columns are 1-based, as in Excel)."""
+"""A1-style cell-reference helpers (rows and columns are 1-based, as in Excel), and a
+formula's relative (R1C1) form, the same for every cell it was filled to."""
 
 import re
 
@@ -50,3 +51,71 @@ def name_destinations(defined) -> list[tuple[str, str]]:
         return [(sheet.replace("''", "'"), cells) for sheet, cells in defined.destinations]
     except Exception:  # openpyxl's tokenizer raises TypeError, ValueError, … on odd text
         return []
+
+
+# A formula's references, for its relative (R1C1) form: an optional sheet ('quoted name'! or
+# NAME!) and a cell or cell range; string literals are matched first and kept as they are
+_FORMULA_REFERENCE = re.compile(
+    r'(?P<string>"(?:[^"]|"")*")'
+    r"|(?<![\w.$'!\]])(?P<sheet>'(?:[^']|'')+'!|[A-Za-z_][\w.]*!)?"
+    r"(?P<ref>\$?[A-Za-z]{1,3}\$?\d+(?::\$?[A-Za-z]{1,3}\$?\d+)?)(?![\w(!:.$])")
+FORMULA_CELL = re.compile(r"(\$?)([A-Za-z]{1,3})(\$?)(\d+)")
+# what a formula's value may take from its own position (ROW() is folded into a constant
+# when compiled), or from references it builds (OFFSET, INDIRECT), an external book, whole
+# rows or columns, implicit intersection (the lookahead, the names' first letters, only
+# spares the regex trying every name at every word)
+_POSITIONAL = re.compile(r"\b(?=[ACFGIORS])(ROW|COLUMN|OFFSET|INDIRECT|CELL|ADDRESS|INFO|"
+                         r"FORMULATEXT|ISFORMULA|SHEET|SHEETS|GETPIVOTDATA)\s*\(|[@\[{#]|"
+                         r"\$?\b[A-Za-z]{1,3}:\$?[A-Za-z]{1,3}\b|\$?\b\d+:\$?\d+\b", re.I)
+
+
+def column_number(letters: str) -> int:
+    """'C' -> 3, 'AA' -> 27 (no check: the letters come from a matched reference)."""
+    number = 0
+    for ch in letters.upper():
+        number = number * 26 + ord(ch) - 64
+    return number
+
+
+def column_letters(number: int) -> str:
+    """3 -> 'C', 27 -> 'AA'."""
+    letters = ""
+    while number:
+        number, rest = divmod(number - 1, 26)
+        letters = chr(65 + rest) + letters
+    return letters
+
+
+def formula_form(formula: str, row: int, col: int, relative: bool = True):
+    """A formula's relative (R1C1) form, the same for every cell its text was filled down or
+    across to, and its references in order: [(sheet text or "", ((row, col), …)), …].
+    None when the formula may depend on its own position or is not understood. Without
+    `relative`, the form leaves out where its references are (they are all "")."""
+    outside_strings = re.sub(r'"(?:[^"]|"")*"', '""', formula) if '"' in formula else formula
+    if _POSITIONAL.search(outside_strings) or outside_strings.count('"') % 2:
+        return None
+    pieces, refs, last = [], [], 0
+    for match in _FORMULA_REFERENCE.finditer(formula):
+        if match.group("string") is not None:
+            continue
+        corners, places = [], []
+        for dollar_col, letters, dollar_row, digits in FORMULA_CELL.findall(match.group("ref")):
+            r, c = int(digits), column_number(letters)
+            corners.append((r, c))
+            if relative:
+                places.append((f"R{r}" if dollar_row else f"R[{r - row}]") +
+                              (f"C{c}" if dollar_col else f"C[{c - col}]"))
+        sheet = match.group("sheet") or ""
+        pieces += [formula[last:match.start()], sheet.upper(), ":".join(places)]
+        refs.append((sheet, tuple(corners)))
+        last = match.end()
+    pieces.append(formula[last:])
+    return "\0".join(pieces), refs
+
+
+def sheet_name(sheet_text: str) -> str:
+    """'my sheet'! or SHEET! -> the sheet's name."""
+    name = sheet_text[:-1]
+    if name.startswith("'"):
+        name = name[1:-1].replace("''", "'")
+    return name

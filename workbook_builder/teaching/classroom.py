@@ -29,7 +29,7 @@ from workbook_builder.checking.check import compare_block, expected_steps
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.thirdparty import save_workbook
+from workbook_builder.engines.internals.of_openpyxl import save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.kind import Kind, complete_inputs

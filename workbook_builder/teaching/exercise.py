@@ -23,7 +23,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.checking.names import NamedRange, find_block
-from workbook_builder.engines.thirdparty import load_workbook, save_workbook
+from workbook_builder.engines.internals.of_openpyxl import load_workbook, save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text

@@ -3,9 +3,9 @@
 The `formulas` engine turns a workbook into a schedula dispatcher: a Cell object, a graph
 function and a data node for every formula cell, and a range assembler node for every range
 a formula reads. Building that graph costs more than the calculation itself, and once each
-formula form is compiled once (`thirdparty.model_from_dict`) it is most of a check. Here
+formula form is compiled once (`of_formulas.model_from_dict`) it is most of a check. Here
 the graph is never built. Each formula form is parsed and compiled once by the engine (its
-compiled pipe, run as a plain loop by `thirdparty._FormulaLoop`); every formula cell keeps
+compiled pipe, run as a plain loop by `of_schedula.FormulaLoop`); every formula cell keeps
 its own input boxes (sheet, rows, columns); the cells are ordered by their dependencies (a
 box depends on every formula cell inside it); the values live in one grid per sheet; and
 each input is handed to the compiled pipe exactly as the engine's own nodes would hand it
@@ -13,12 +13,12 @@ each input is handed to the compiled pipe exactly as the engine's own nodes woul
 cells, empty cells as the engine's EMPTY).
 
 Anything the engine would treat in a way not reproduced here raises CalculationRefused, and
-the caller takes the engine's path (`thirdparty.model_from_dict`): references to other
+the caller takes the engine's path (`of_formulas.model_from_dict`): references to other
 books or to whole rows and columns, spilled (#) ranges, a defined name that is not a plain
 range, a reference the engine cannot resolve, a function reading the dispatcher
-(INDIRECT), overlapping cells, circular references, a formula that raises. Written for the
-engine versions of FORMULAS_VERSIONS; tests/test_fast_calc.py shows both paths give
-identical values.
+(INDIRECT), overlapping cells, circular references, a formula that raises. Taken only
+within the releases of formulas and schedula `versions.SUPPORTED` names;
+tests/test_fast_calc.py shows both paths give identical values.
 """
 
 import functools
@@ -27,20 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from workbook_builder.engines import thirdparty
-from workbook_builder.engines.thirdparty import (
-    CalculationRefused,
-    _column_letters,
-    _column_number,
-    _FormulaLoop,
-    _independent_of_position,
-    _sheet_name,
-    _template_keys,
-    formula_form,
+from workbook_builder.engines.internals import CalculationRefused
+from workbook_builder.engines.internals.of_formulas import (
+    formula_shortcuts,
     formulas_changes,
     formulas_engine,
-    within,
+    independent_of_position,
+    template_keys,
 )
+from workbook_builder.engines.internals.of_schedula import FormulaLoop
+from workbook_builder.sheet.refs import column_letters, column_number, formula_form, sheet_name
 
 # "'[book.xlsx]SHEET'!C5:F9" (a cell or a range of a sheet) and "'[book.xlsx]'!NAME"
 _SHEET_KEY = re.compile(r"^'\[(?P<book>[^\]]*)\](?P<sheet>[^']+)'!"
@@ -78,12 +74,12 @@ class _Value:
         self.value = value
 
 
-_letters = functools.lru_cache(maxsize=None)(_column_letters)
+_letters = functools.lru_cache(maxsize=None)(column_letters)
 
 
 def _corner(text: str) -> tuple[int, int]:
     letters, digits = _CELL.fullmatch(text).groups()
-    return int(digits), _column_number(letters)
+    return int(digits), column_number(letters)
 
 
 class _RangeDicts:
@@ -146,11 +142,38 @@ def _shape_key(sheet: str, size: tuple, form: str, refs, places: list) -> tuple:
     return sheet, size, form, tuple(geometry)
 
 
+@functools.cache
+def _cell_parser():
+    """The engine's parser of a cell's formula (the one its Cell objects use)."""
+    import formulas
+
+    return formulas.Parser(is_cell=True)
+
+
+def compiled_formula(reference: str, text: str, references: dict):
+    """(the engine's compiled function of `text`, the range of the cell `reference` as the
+    engine describes it), compiled through the engine's public parser as the engine
+    compiles a cell's formula: `Parser().ast(text)[1].compile()`, in the cell's context
+    (its book, sheet, row and column), the cell itself as the CELL input. (None, range)
+    when `text` is not a formula."""
+    import formulas
+
+    own_range = formulas.Ranges().push(reference, raise_anchor=False)
+    where = own_range.ranges[0]
+    context = {"cr": where["r1"], "cc": where["n1"]}
+    context.update((k, where[k]) for k in ("filename", "sheet") if k in where)
+    parser = _cell_parser()
+    if not (isinstance(text, str) and parser.is_formula(text)):
+        return None, where
+    builder = parser.ast(text, context=context)[1]
+    return builder.compile(references=references, **{formulas.CELL: own_range}), where
+
+
 class _Template:
     """The first cell of a formula form, compiled, and what every other cell of the form
     needs of it: its pipe (as a loop), its input names and which reference each one is."""
 
-    def __init__(self, loop: _FormulaLoop, inputs: dict, keys: list[str]):
+    def __init__(self, loop: FormulaLoop, inputs: dict, keys: list[str]):
         self.loop, self.inputs, self.keys = loop, inputs, keys
 
 
@@ -161,12 +184,12 @@ class DirectCalculation:
 
     @formulas_changes()
     def __init__(self, entries: dict, book: str):
-        formulas = formulas_engine()
-        if not within(formulas.__version__, *thirdparty.FORMULAS_VERSIONS):
-            raise CalculationRefused("engine version")
+        if not formula_shortcuts():
+            raise CalculationRefused("library releases")
         import schedula as sh
-        from formulas.cell import Cell, Ref
+        from formulas.cell import Ref
 
+        formulas_engine()  # imported as `formulas_engine` imports it
         self._book = book
         self._sheets: dict[str, int] = {}  # the engine's sheet name -> its grid's index
         self._sheet_names: list[str] = []
@@ -174,7 +197,7 @@ class DirectCalculation:
         self._constants: dict[str, tuple] = {}  # key -> (box, value)
         formula_entries: list[tuple[str, tuple, str]] = []
         names: dict[str, str | None] = {}  # a defined name's node -> its range's key
-        is_formula = Cell.parser.is_formula
+        is_formula = _cell_parser().is_formula
         for key, value in entries.items():
             if isinstance(value, str) and value.upper() == "#EMPTY":
                 value = [[sh.EMPTY]]
@@ -207,6 +230,11 @@ class DirectCalculation:
         self._forms = sum(1 for form in forms.values() if form is not None)
         self._order = self._dependency_order()
         self._base = self._constant_grids()
+
+    @property
+    def compiled_formulas(self) -> int:
+        """The compiled pipes this calculation holds (formula forms and defined names)."""
+        return len(self._loops)
 
     # -- reading the entries ---------------------------------------------------------------
 
@@ -249,8 +277,6 @@ class DirectCalculation:
     def _formula_step(self, key: str, box: tuple, text: str, forms: dict) -> tuple:
         """(loop, each pipe input's spec, output box, output range, output key) of one
         formula node; its form's compiled pipe when the form was seen before."""
-        from formulas.cell import Cell
-
         sheet = self._sheet_names[box[0]]
         found = formula_form(text, box[1] + 1, box[3] + 1, relative=False) \
             if text.startswith("=") else None
@@ -266,29 +292,26 @@ class DirectCalculation:
                 if inputs is not None:
                     return template.loop, inputs, box, self._output_range(box), key
         try:
-            cell = Cell(key, text, replace_missing_ref=True).compile(
-                references=self._name_targets)
+            pipe, own_range = compiled_formula(key, text, self._name_targets)
         except Exception as error:  # the engine's own path says what is wrong
             raise CalculationRefused(f"{type(error).__name__} compiling {key}") from error
-        func = cell.func
-        if func is None or func.parse_kwargs() != {}:
+        if pipe is None:
             raise CalculationRefused(f"the formula of {key}")
-        loop = self._loop(func.func)
-        inputs = tuple(self._input_spec(k, r) for k, r in func.func.inputs.items())
+        loop = self._loop(pipe)
+        inputs = tuple(self._input_spec(k, r) for k, r in pipe.inputs.items())
         if form_key is not None and form_key not in forms:
-            keys = _template_keys(func.func, self._book, sheet, found[1]) \
-                if _independent_of_position(func.func) else None
-            forms[form_key] = None if keys is None else \
-                _Template(loop, func.func.inputs, keys)
-        return loop, inputs, box, cell.range.ranges[0], key
+            keys = template_keys(pipe, self._book, sheet, found[1]) \
+                if independent_of_position(pipe) else None
+            forms[form_key] = None if keys is None else _Template(loop, pipe.inputs, keys)
+        return loop, inputs, box, own_range, key
 
-    def _loop(self, pipe) -> _FormulaLoop:
+    def _loop(self, pipe) -> FormulaLoop:
         import schedula as sh
 
         if not isinstance(pipe, sh.DispatchPipe):
             raise CalculationRefused("a formula compiled to something else")
         if id(pipe) not in self._loops:  # the pipe kept alive, so its id stays its own
-            self._loops[id(pipe)] = (pipe, _FormulaLoop(pipe))
+            self._loops[id(pipe)] = (pipe, FormulaLoop(pipe))
         return self._loops[id(pipe)][1]
 
     def _places(self, sheet: str, refs) -> list[tuple | None]:
@@ -302,7 +325,7 @@ class DirectCalculation:
                 places.append(None)
                 continue
             if sheet_text not in self._ref_sheets:
-                self._ref_sheets[sheet_text] = _sheet_name(sheet_text).upper()
+                self._ref_sheets[sheet_text] = sheet_name(sheet_text).upper()
             places.append((self._ref_sheets[sheet_text] if sheet_text else sheet,
                            top, left, bottom, right))
         return places
@@ -322,7 +345,7 @@ class DirectCalculation:
 
     def _place_spec(self, place: tuple) -> tuple:
         """`_box_spec` of a reference's place (one for every cell reading the place, as
-        the engine's cells share one parsed range, `thirdparty._parsed_range`)."""
+        the engine's cells share one parsed range, `of_formulas._parsed_range`)."""
         spec = self._place_specs.get(place)
         if spec is None:
             sheet, top, left, bottom, right = place

@@ -17,10 +17,10 @@ result is computed without that bookkeeping:
   so the product does the same, never a BLAS call, which would round differently).
 Anything else, and any result the engine would turn into an Excel error (division by zero,
 overflow, a domain error: a result that is not a finite float), takes the engine's own
-function: the fast path refuses, it never approximates. Written for the engine versions of
-thirdparty.FORMULAS_VERSIONS, and in place only there and only while we calculate
-(thirdparty.formulas_changes); tests/test_fast_functions.py shows each function gives what
-the engine's own gives, type and bits.
+function: the fast path refuses, it never approximates. Written for the formulas releases
+of `versions.SUPPORTED`, and in place only there and only while we calculate
+(of_formulas.formulas_changes); tests/test_fast_functions.py shows each function gives
+what the engine's own gives, type and bits.
 """
 
 import functools
@@ -287,7 +287,7 @@ def _guarded(fast: Callable, engine_function: Callable) -> Callable:
 def replacements(functions: dict, operators: dict) -> list[tuple[dict, str, object]]:
     """(registry, name, entry) for each fast function: the engine's own (from `functions`,
     its function registry, and `operators`) behind the fast path, in the form the registry
-    holds it (IF as a dict holding its function). thirdparty.formulas_changes puts them in
+    holds it (IF as a dict holding its function). of_formulas.formulas_changes puts them in
     place while we calculate, and the engine's own back afterwards."""
     found = []
     for registry, table in ((operators, _operators()), (functions, _functions())):
