@@ -77,7 +77,7 @@ def test_a_slot_renamed_in_one_language_is_refused_naming_the_entry(tmp_path):
     with pytest.raises(PoError, match=r"zh\.po:\d+ .*slots \['head'\] differ from the "
                                       r"English's \['h'\]"):
         i18n.parse_catalog(path.read_text(encoding="utf-8"), "zh.po")
-    run = subprocess.run([sys.executable, "-m", "workbook_builder.teaching.catalog", "check",
+    run = subprocess.run([sys.executable, "-m", "workbook_builder.cli.catalog", "check",
                           "--catalog", str(path)], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2
     assert run.stderr.startswith("error: ") and run.stderr.count("\n") == 1, run.stderr

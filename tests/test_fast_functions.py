@@ -1,4 +1,4 @@
-"""The fast functions on plain numbers (engines/fast_functions.py) give exactly what the
+"""The fast functions on plain numbers (engines/internals/fast_functions.py) give exactly what the
 `formulas` engine's own functions give — same shape, same element types, same bits — for
 random arrays and edge values (0, −0, negatives, huge, subnormal, overflowing, inf- and
 error-producing), and take the fast path only where every operand is a plain number; they

@@ -81,7 +81,8 @@ __all__ = [
     "export_pdf", "export_pdfs", "Handout", "plan_handouts", "get_kind", "grade_all",
     "installed_engines", "load_inputs", "make_spec",
     "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
-    "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP"]
+    "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP",
+    "check_catalog", "Findings"]
 
 # what only some commands use (a demo, a class, grading, a checkpoint, a tutorial) is
 # imported on first use, so that every command starts fast: name -> its module
@@ -95,6 +96,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(("TUTORIALS", "ExampleResult", "reproduce"),
                     "workbook_builder.teaching.reproduce"),
     **dict.fromkeys(("ModelInputs", "parse_token_ids"), "workbook_builder.models.loader"),
+    **dict.fromkeys(("check_catalog", "Findings"), "workbook_builder.teaching.catalog"),
 }
 
 
@@ -163,6 +165,7 @@ if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-u
         run_demo,
     )
     from workbook_builder.models.loader import ModelInputs, parse_token_ids
+    from workbook_builder.teaching.catalog import Findings, check_catalog
     from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
     from workbook_builder.teaching.grade import Grade, grade_all, grade_file
     from workbook_builder.teaching.record import StudentRecord, read_record

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from openpyxl.worksheet.pagebreak import Break, ColBreak, RowBreak
 from openpyxl.worksheet.worksheet import Worksheet
 
+from workbook_builder.engines.internals.of_openpyxl import chart_rows
 from workbook_builder.sheet.refs import cell_ref
 
 # Arial: Excel has it everywhere and LibreOffice draws it with the metric-compatible
@@ -237,10 +238,7 @@ def keep_together(ws: Worksheet,
     rows (anchored corner to corner to its cells), whole."""
     ranges = [(name_row, min(top + HEAD_ROWS - 1, bottom), bottom)
               for name_row, top, bottom in blocks]
-    for chart in ws._charts:
-        anchor = chart.anchor
-        if hasattr(anchor, "_from") and hasattr(anchor, "to"):
-            ranges.append((anchor._from.row + 1, anchor.to.row + 1, anchor.to.row + 1))
+    ranges += [(first, last, last) for first, last in chart_rows(ws)]
     return ranges
 
 

@@ -8,15 +8,13 @@ student's exercise) with a catalog that notes each text it is asked for, then re
 - unused: catalog entries no case needs (a kind's English changed, or a slot was renamed
   on one side: the entry no longer matches and the text went back to English).
 
-    python -m workbook_builder.teaching.catalog check [--lang zh] [--catalog FILE.po]
+    python -m workbook_builder.cli.catalog check [--lang zh] [--catalog FILE.po]
 
 Exit 0: all is well; 1: text missing or entries unused; 2: the catalog cannot be read.
 """
 
-import argparse
 import dataclasses
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from workbook_builder.book.workbook import build_workbook
+from workbook_builder.demo import MODEL_EXAMPLES
+from workbook_builder.errors import UserError
+from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.registry import load_kinds
 from workbook_builder.teaching import i18n
+from workbook_builder.teaching.exercise import ExerciseSpec
 
 LAYOUTS = ("cells", "blocks", "hand")
 
@@ -81,9 +85,6 @@ class Case:
 def variants(kind) -> Iterator[tuple[str, dict]]:
     """The kind's defaults with one declared choice changed: each other value of a
     parameter that declares its `choices`, the other value of a true/false one."""
-    from workbook_builder.errors import UserError
-    from workbook_builder.sheet.kind import make_params
-
     for f in dataclasses.fields(kind.Params):
         if f.type in (bool, "bool"):
             values = [not f.default]
@@ -102,8 +103,6 @@ def examples(kind) -> Iterator[tuple[str, object]]:
     stand-in, with its own note)."""
     from unittest import mock
 
-    from workbook_builder.demo import MODEL_EXAMPLES
-
     for name in kind.examples:
         yield name, kind.example(name)
         if name in MODEL_EXAMPLES:
@@ -115,10 +114,6 @@ def cases() -> Iterator[Case]:
     """Every kind at its defaults, its examples, its demo cases and the test suite's
     cases, in every layout (the first of them also as a student's exercise of its last
     two steps), and each of its `variants` in the cells layout."""
-    from workbook_builder.sheet.kind import complete_inputs, make_params
-    from workbook_builder.sheet.registry import load_kinds
-    from workbook_builder.teaching.exercise import ExerciseSpec
-
     for kind_name, kind in sorted(load_kinds().items()):
         for stem, values in variants(kind):
             params = make_params(kind, values)
@@ -159,8 +154,6 @@ class Findings:
 def collect(lang: str = "zh", sections=None, only: Iterator[Case] | None = None) -> Findings:
     """Build every case in `lang` with the catalog's `sections` (the shipped one by
     default) and compare what the sheets wrote with the catalog."""
-    from workbook_builder.book.workbook import build_workbook
-
     sections = i18n.catalog_sections(lang) if sections is None else sections
     found = Findings(lang)
     for case in cases() if only is None else only:
@@ -183,31 +176,16 @@ def collect(lang: str = "zh", sections=None, only: Iterator[Case] | None = None)
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbook_builder.teaching.catalog",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["check"])
-    parser.add_argument("--lang", default="zh", choices=[x for x in i18n.LANGS if x != "en"])
-    parser.add_argument("--catalog", metavar="FILE.po", type=Path,
-                        help="check this .po file (e.g. a translator's copy) instead of the "
-                             "one shipped for --lang")
-    args = parser.parse_args(argv)
+def check_catalog(lang: str = "zh", catalog_file: Path | None = None) -> Findings:
+    """`collect` with the shipped catalog of `lang`, or with the .po file `catalog_file`
+    (a translator's copy); a file that cannot be read is a UserError naming it."""
+    if catalog_file is None:
+        return collect(lang)
     try:
-        sections = None if args.catalog is None else \
-            i18n.parse_catalog(args.catalog.read_text(encoding="utf-8"), str(args.catalog))
-    except (OSError, UnicodeDecodeError, i18n.PoError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    found = collect(args.lang, sections)
-    for text, where in sorted(found.missing.items()):
-        print(f"missing: {text!r}  ({len(where)} cases, e.g. {min(where)})")
-    for section, key in found.unused:
-        print(f"unused: msgctxt {section!r} msgid {key!r}")
-    print(f"{found.cases} workbooks, {found.texts} texts asked for, "
-          f"{len(found.used)} entries used, {len(found.missing)} missing, "
-          f"{len(found.unused)} unused")
-    return 1 if found.missing or found.unused else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        sections = i18n.parse_catalog(Path(catalog_file).read_text(encoding="utf-8"),
+                                      str(catalog_file))
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{catalog_file}: cannot read it ({e})") from None
+    except i18n.PoError as e:
+        raise UserError(str(e)) from None
+    return collect(lang, sections)
