@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import build
 
-from workbook_builder.cli.app import _parser
+from workbook_builder.cli.app import _parser, main
 
 # what no `check` or `--help` needs: the demo, the teacher's commands, checkpoints,
 # tutorials, pandas, and the XML helpers that bring urllib and http along
@@ -75,6 +75,58 @@ def test_build_imports_the_kind_it_builds_alone(tmp_path):
     assert _kind_modules(modules) == _kind_modules_importing("sheets.ssm")
     assert len(_kind_modules(modules)) < 4  # ssm builds on attention, not on every kind
     assert [m for m in NEVER_AT_START if m in modules] == []
+
+
+# what `--help`, `list` and `--version` never need: the arrays, the workbook reader and
+# writer, the engines, the models, the kinds and the machinery that brings them
+HEAVY = ["numpy", "openpyxl", "formulas", "scipy", "pandas", "torch", "transformers",
+         "workbook_builder.api"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["list"], ["--version"]])
+def test_help_list_and_version_import_nothing_heavy(argv):
+    code, modules = _modules_after(*argv)
+    assert code == 0
+    assert [m for m in HEAVY if m in modules] == []
+    assert _kind_modules(modules) == set()
+
+
+def test_the_kinds_listed_without_importing_them_are_the_kinds_with_their_summaries():
+    from workbook_builder.checking.check import ENGINES
+    from workbook_builder.cli import catalog
+    from workbook_builder.sheet.registry import load_kinds
+
+    kinds = load_kinds()
+    assert catalog.KIND_SUMMARIES == {name: kind.summary for name, kind in kinds.items()}, \
+        "a kind was added or its summary changed: update cli/catalog.py KIND_SUMMARIES"
+    assert {name: kind.__module__ for name, kind in kinds.items()} == \
+        {name: f"sheets.{catalog.kind_module(name)}" for name in kinds}
+    assert catalog.listed_here()  # so `list` reads the table, importing no kind
+    assert catalog.ENGINE_NAMES == tuple(ENGINES)
+
+
+def test_list_prints_each_kind_with_the_summary_its_class_gives():
+    from workbook_builder.sheet.registry import load_kinds
+
+    kinds = load_kinds()
+    width = max(map(len, kinds))
+    expected = "".join(f"{name:<{width}}  {kinds[name].summary}\n" for name in sorted(kinds))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["list"]) == 0
+    assert out.getvalue() == expected
+
+
+def test_a_kind_module_the_table_does_not_name_is_listed_from_the_kinds(monkeypatch):
+    from workbook_builder.cli import catalog
+    from workbook_builder.sheet.registry import load_kinds
+
+    stale = {name: summary for name, summary in catalog.KIND_SUMMARIES.items()
+             if name != "ssm"}
+    monkeypatch.setattr(catalog, "KIND_SUMMARIES", stale)
+    assert not catalog.listed_here()
+    assert catalog.kind_summaries() == {name: kind.summary for name, kind
+                                        in sorted(load_kinds().items())}
 
 
 def _printed(parser, argv: list[str]) -> str:
