@@ -171,3 +171,27 @@ def test_the_xml_escape_of_stored_text_is_the_standard_librarys(text):
     from workbook_builder.engines.cached_values import escape_xml
 
     assert escape_xml(text) == escape(text)
+
+
+@pytest.mark.parametrize("outcome", ["returns", "raises"])
+def test_a_command_runs_with_fewer_collections_and_the_collector_is_put_back(monkeypatch,
+                                                                             outcome):
+    import gc
+
+    from workbook_builder.cli import app
+    from workbook_builder.errors import UserError
+
+    during = []
+
+    def command(args):
+        during.append(gc.get_threshold())
+        if outcome == "raises":
+            raise UserError("refused")
+        return 0
+
+    monkeypatch.setitem(app.COMMANDS, "list", command)
+    before = gc.get_threshold()
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(["list"]) == (0 if outcome == "returns" else 2)
+    assert during == [(app.YOUNG_OBJECTS_PER_COLLECTION, *before[1:])]
+    assert gc.get_threshold() == before  # main() may be called by a host program
