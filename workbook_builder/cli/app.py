@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # light modules only: NumPy, openpyxl, the engines and the kinds are imported by the
 # commands that use them (through `api`), so `--help` and `list` start at once
@@ -37,6 +38,9 @@ from workbook_builder.cli.teaching import (
     exercise_from_args,
 )
 from workbook_builder.errors import UserError as AttnsheetsError  # = api.AttnsheetsError
+
+if TYPE_CHECKING:  # imported by the commands that use it (`_api`); declared for the graph
+    from workbook_builder import api  # noqa: F401
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 # 128 + SIGINT, 128 + SIGTERM, as shells do (SIGHUP: 129)

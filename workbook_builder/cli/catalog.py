@@ -3,9 +3,12 @@ summaries, and the engines' names. Known here without importing a kind, NumPy, o
 or an engine, so that `attnsheets --help` and `attnsheets list` start at once;
 tests/test_start_up.py checks every entry against the kinds and engines themselves."""
 
+import importlib.util
 import os
+from typing import TYPE_CHECKING
 
-import sheets
+if TYPE_CHECKING:  # only when sheets/ holds a kind the table does not name
+    from workbook_builder import api  # noqa: F401
 
 # kind name -> the summary its class gives (`Kind.summary`); the kind is defined in the
 # module of its name, dashes as underscores (cross-attention -> sheets/cross_attention.py)
@@ -54,7 +57,7 @@ def kind_modules() -> set[str]:
     `registry.load_kinds` finds them; read from the folder (pkgutil would import
     `inspect`, a tenth of this command's start-up)."""
     found = set()
-    for folder in sheets.__path__:
+    for folder in importlib.util.find_spec("sheets").submodule_search_locations:
         for entry in os.scandir(folder):
             name, _, suffix = entry.name.partition(".")
             if suffix == "py" or (entry.is_dir() and
@@ -73,6 +76,6 @@ def kind_summaries() -> dict[str, str]:
     holds modules it does not list (a kind added since), from the kinds themselves."""
     if listed_here():
         return dict(sorted(KIND_SUMMARIES.items()))
-    from workbook_builder.api import get_kind, kinds
+    from workbook_builder import api
 
-    return {name: get_kind(name).summary for name in kinds()}
+    return {name: api.get_kind(name).summary for name in api.kinds()}

@@ -444,6 +444,37 @@ def formulas_engine():
     return formulas
 
 
+class _ModuleOnFirstUse(types.ModuleType):
+    """Stands for a module imported under it: the real module is imported when any of its
+    attributes is first read, and from then on is the importer's own (its `owner`)."""
+
+    def __init__(self, name: str, owner: str):
+        super().__init__(name)
+        self._owner = owner
+
+    def __getattr__(self, attribute: str):  # only what the stand-in itself lacks
+        real = importlib.import_module(self.__name__)  # not this: it left sys.modules
+        owner = sys.modules.get(self._owner)
+        if getattr(owner, self.__name__, None) is self:
+            setattr(owner, self.__name__, real)  # the module as released from now on
+        return getattr(real, attribute)
+
+
+@contextlib.contextmanager
+def _tqdm_on_first_use() -> Iterator[None]:
+    """formulas' model module imports tqdm (~30 ms: tqdm reads its own installed version
+    through importlib.metadata) for the progress bar of the engine's own model, which is
+    kept quiet and which the direct calculation never makes: imported inside, it gets a
+    stand-in that imports tqdm when first used (`_ModuleOnFirstUse`); nobody else does."""
+    stand_in = _ModuleOnFirstUse("tqdm", "formulas.excel")
+    placed = sys.modules.setdefault("tqdm", stand_in) is stand_in
+    try:
+        yield
+    finally:
+        if placed and sys.modules.get("tqdm") is stand_in:
+            del sys.modules["tqdm"]
+
+
 # A place we change: (a dict, key) or (an object, attribute name)
 _Place = tuple[Any, str]
 _ABSENT = object()
@@ -478,16 +509,19 @@ def _places() -> list[tuple[_Place, Any, Any, bool]]:
     from formulas.cell import RangesAssembler
     from formulas.functions.operators import OPERATORS
 
-    excel = importlib.import_module("formulas.excel")  # the module, not its ExcelModel
+    with _tqdm_on_first_use():
+        excel = importlib.import_module("formulas.excel")  # the module, not its ExcelModel
     functions = formulas.get_functions()
     ours: list[tuple[_Place, Any, bool]] = []
     erf = _array_erf(functions["ERF"])
     ours += [((functions, "ERF"), erf, False), ((functions, "_XLFN.ERF"), erf, False)]
     bar = getattr(excel, "tqdm", None)
-    if callable(getattr(bar, "tqdm", None)):
+    if isinstance(bar, types.ModuleType):  # its `tqdm` read when a bar is made, not before
         # the engine's own reference to tqdm only, never the global tqdm
-        quiet = SimpleNamespace(tqdm=functools.partial(bar.tqdm, disable=True))
-        ours.append(((excel, "tqdm"), quiet, False))
+        def quiet_bar(*args, **kwargs):
+            return bar.tqdm(*args, **{"disable": True, **kwargs})
+
+        ours.append(((excel, "tqdm"), SimpleNamespace(tqdm=quiet_bar), False))
     ours.append(((RangesAssembler, "push"), _push_smaller_side, True))
     if within(formulas.__version__, *FORMULAS_VERSIONS):
         ours.append(((functions, "INDEX"), _index_entry(), True))
