@@ -129,6 +129,35 @@ def test_a_kind_module_the_table_does_not_name_is_listed_from_the_kinds(monkeypa
                                         in sorted(load_kinds().items())}
 
 
+def test_a_check_imports_neither_scipy_nor_tqdm_which_it_never_uses(tmp_path):
+    path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
+    code, modules = _modules_after("check", str(path))
+    assert code == 0
+    assert [m for m in modules if m.split(".")[0] in ("scipy", "tqdm")] == []
+
+
+_STATISTICS_IN_A_NEW_PROCESS = """
+import json, sys
+from workbook_builder.engines import thirdparty
+
+engine = thirdparty.formulas_engine()
+scipy_at_start = "scipy" in sys.modules
+kurtosis = float(engine.Parser().ast("=KURT(1,2,4,7,11)")[1].compile()())
+from scipy import stats
+
+print(json.dumps({"scipy_at_start": scipy_at_start, "kurtosis": kurtosis,
+                  "scipy": float(stats.kurtosis([1, 2, 4, 7, 11], bias=False))}))
+"""
+
+
+def test_the_engines_statistics_import_scipy_when_first_used_and_give_its_numbers():
+    ran = subprocess.run([sys.executable, "-c", _STATISTICS_IN_A_NEW_PROCESS], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert not result["scipy_at_start"]
+    assert result["kurtosis"] == result["scipy"]
+
+
 def _printed(parser, argv: list[str]) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
