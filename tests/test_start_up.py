@@ -93,16 +93,16 @@ def test_help_list_and_version_import_nothing_heavy(argv):
 
 def test_the_kinds_listed_without_importing_them_are_the_kinds_with_their_summaries():
     from workbook_builder.checking.check import ENGINES
-    from workbook_builder.cli import catalog
+    from workbook_builder.cli import kind_table
     from workbook_builder.sheet.registry import load_kinds
 
     kinds = load_kinds()
-    assert catalog.KIND_SUMMARIES == {name: kind.summary for name, kind in kinds.items()}, \
-        "a kind was added or its summary changed: update cli/catalog.py KIND_SUMMARIES"
+    assert kind_table.KIND_SUMMARIES == {name: kind.summary for name, kind in kinds.items()}, \
+        "a kind was added or its summary changed: update cli/kind_table.py"
     assert {name: kind.__module__ for name, kind in kinds.items()} == \
-        {name: f"sheets.{catalog.kind_module(name)}" for name in kinds}
-    assert catalog.listed_here()  # so `list` reads the table, importing no kind
-    assert catalog.ENGINE_NAMES == tuple(ENGINES)
+        {name: f"sheets.{kind_table.kind_module(name)}" for name in kinds}
+    assert kind_table.listed_here()  # so `list` reads the table, importing no kind
+    assert kind_table.ENGINE_NAMES == tuple(ENGINES)
 
 
 def test_list_prints_each_kind_with_the_summary_its_class_gives():
@@ -118,14 +118,14 @@ def test_list_prints_each_kind_with_the_summary_its_class_gives():
 
 
 def test_a_kind_module_the_table_does_not_name_is_listed_from_the_kinds(monkeypatch):
-    from workbook_builder.cli import catalog
+    from workbook_builder.cli import kind_table
     from workbook_builder.sheet.registry import load_kinds
 
-    stale = {name: summary for name, summary in catalog.KIND_SUMMARIES.items()
+    stale = {name: summary for name, summary in kind_table.KIND_SUMMARIES.items()
              if name != "ssm"}
-    monkeypatch.setattr(catalog, "KIND_SUMMARIES", stale)
-    assert not catalog.listed_here()
-    assert catalog.kind_summaries() == {name: kind.summary for name, kind
+    monkeypatch.setattr(kind_table, "KIND_SUMMARIES", stale)
+    assert not kind_table.listed_here()
+    assert kind_table.kind_summaries() == {name: kind.summary for name, kind
                                         in sorted(load_kinds().items())}
 
 

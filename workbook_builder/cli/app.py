@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 # light modules only: NumPy, openpyxl, the engines and the kinds are imported by the
 # commands that use them (through `api`), so `--help` and `list` start at once
 from workbook_builder import __version__
-from workbook_builder.cli.catalog import ENGINE_NAMES, kind_summaries
+from workbook_builder.cli.kind_table import ENGINE_NAMES, kind_summaries
 from workbook_builder.cli.params import (
     add_checkpoint_flags,
     add_param_flags,

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbook_builder.cli.catalog import ENGINE_NAMES
+from workbook_builder.cli.kind_table import ENGINE_NAMES
 from workbook_builder.cli.params import add_checkpoint_flags, checkpoint_args, explicit_params
 from workbook_builder.cli.printing import format_grades, printable
 from workbook_builder.errors import UserError as AttnsheetsError  # = api.AttnsheetsError
