@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import build
 
-from workbook_builder.cli.app import _parser
+from workbook_builder.cli.app import _parser, main
 
 # what no `check` or `--help` needs: the demo, the teacher's commands, checkpoints,
 # tutorials, pandas, and the XML helpers that bring urllib and http along
@@ -77,6 +77,87 @@ def test_build_imports_the_kind_it_builds_alone(tmp_path):
     assert [m for m in NEVER_AT_START if m in modules] == []
 
 
+# what `--help`, `list` and `--version` never need: the arrays, the workbook reader and
+# writer, the engines, the models, the kinds and the machinery that brings them
+HEAVY = ["numpy", "openpyxl", "formulas", "scipy", "pandas", "torch", "transformers",
+         "workbook_builder.api"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["list"], ["--version"]])
+def test_help_list_and_version_import_nothing_heavy(argv):
+    code, modules = _modules_after(*argv)
+    assert code == 0
+    assert [m for m in HEAVY if m in modules] == []
+    assert _kind_modules(modules) == set()
+
+
+def test_the_kinds_listed_without_importing_them_are_the_kinds_with_their_summaries():
+    from workbook_builder.checking.check import ENGINES
+    from workbook_builder.cli import kind_table
+    from workbook_builder.sheet.registry import load_kinds
+
+    kinds = load_kinds()
+    assert kind_table.KIND_SUMMARIES == {name: kind.summary for name, kind in kinds.items()}, \
+        "a kind was added or its summary changed: update cli/kind_table.py"
+    assert {name: kind.__module__ for name, kind in kinds.items()} == \
+        {name: f"sheets.{kind_table.kind_module(name)}" for name in kinds}
+    assert kind_table.listed_here()  # so `list` reads the table, importing no kind
+    assert kind_table.ENGINE_NAMES == tuple(ENGINES)
+
+
+def test_list_prints_each_kind_with_the_summary_its_class_gives():
+    from workbook_builder.sheet.registry import load_kinds
+
+    kinds = load_kinds()
+    width = max(map(len, kinds))
+    expected = "".join(f"{name:<{width}}  {kinds[name].summary}\n" for name in sorted(kinds))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["list"]) == 0
+    assert out.getvalue() == expected
+
+
+def test_a_kind_module_the_table_does_not_name_is_listed_from_the_kinds(monkeypatch):
+    from workbook_builder.cli import kind_table
+    from workbook_builder.sheet.registry import load_kinds
+
+    stale = {name: summary for name, summary in kind_table.KIND_SUMMARIES.items()
+             if name != "ssm"}
+    monkeypatch.setattr(kind_table, "KIND_SUMMARIES", stale)
+    assert not kind_table.listed_here()
+    assert kind_table.kind_summaries() == {name: kind.summary for name, kind
+                                        in sorted(load_kinds().items())}
+
+
+def test_a_check_imports_neither_scipy_nor_tqdm_which_it_never_uses(tmp_path):
+    path = build(tmp_path, "attention", {"seq_len": 3, "d_model": 2, "d_k": 2})
+    code, modules = _modules_after("check", str(path))
+    assert code == 0
+    assert [m for m in modules if m.split(".")[0] in ("scipy", "tqdm")] == []
+
+
+_STATISTICS_IN_A_NEW_PROCESS = """
+import json, sys
+from workbook_builder.engines.internals import of_formulas
+
+engine = of_formulas.formulas_engine()
+scipy_at_start = "scipy" in sys.modules
+kurtosis = float(engine.Parser().ast("=KURT(1,2,4,7,11)")[1].compile()())
+from scipy import stats
+
+print(json.dumps({"scipy_at_start": scipy_at_start, "kurtosis": kurtosis,
+                  "scipy": float(stats.kurtosis([1, 2, 4, 7, 11], bias=False))}))
+"""
+
+
+def test_the_engines_statistics_import_scipy_when_first_used_and_give_its_numbers():
+    ran = subprocess.run([sys.executable, "-c", _STATISTICS_IN_A_NEW_PROCESS], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert not result["scipy_at_start"]
+    assert result["kurtosis"] == result["scipy"]
+
+
 def _printed(parser, argv: list[str]) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
@@ -119,3 +200,27 @@ def test_the_xml_escape_of_stored_text_is_the_standard_librarys(text):
     from workbook_builder.engines.cached_values import escape_xml
 
     assert escape_xml(text) == escape(text)
+
+
+@pytest.mark.parametrize("outcome", ["returns", "raises"])
+def test_a_command_runs_with_fewer_collections_and_the_collector_is_put_back(monkeypatch,
+                                                                             outcome):
+    import gc
+
+    from workbook_builder.cli import app
+    from workbook_builder.errors import UserError
+
+    during = []
+
+    def command(args):
+        during.append(gc.get_threshold())
+        if outcome == "raises":
+            raise UserError("refused")
+        return 0
+
+    monkeypatch.setitem(app.COMMANDS, "list", command)
+    before = gc.get_threshold()
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(["list"]) == (0 if outcome == "returns" else 2)
+    assert during == [(app.YOUNG_OBJECTS_PER_COLLECTION, *before[1:])]
+    assert gc.get_threshold() == before  # main() may be called by a host program

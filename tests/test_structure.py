@@ -153,9 +153,13 @@ def test_reference_imports_nothing_of_the_builder():
 
 
 def test_the_command_line_reaches_the_machinery_only_through_the_api():
+    """…and the API's error (`api.AttnsheetsError`), from the module that defines it and
+    imports nothing, so that a command line that imports no machinery (--help) still
+    tells a user's error from a bug."""
     modules = project_modules()
     for name, path in modules.items():
         if name.startswith("workbook_builder.cli"):
             for target, _, _ in imports_of(path, modules):
                 assert target.startswith(("workbook_builder.cli", "workbook_builder.api")) \
-                    or target == "workbook_builder", f"{name} imports {target}"
+                    or target in ("workbook_builder", "workbook_builder.errors"), \
+                    f"{name} imports {target}"

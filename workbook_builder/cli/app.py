@@ -2,28 +2,19 @@
 
 import argparse
 import contextlib
-import json
+import gc
 import os
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from workbook_builder import __version__, api
-from workbook_builder.api import (
-    ENGINES,
-    LAYOUTS,
-    AttnsheetsError,
-    export_pdfs,
-    get_kind,
-    installed_engines,
-    kinds,
-    load_inputs,
-    parse_tokens,
-    plan_handouts,
-)
+# light modules only: NumPy, openpyxl, the engines and the kinds are imported by the
+# commands that use them (through `api`), so `--help` and `list` start at once
+from workbook_builder import __version__
+from workbook_builder.cli.kind_table import ENGINE_NAMES, kind_summaries
 from workbook_builder.cli.params import (
     add_checkpoint_flags,
     add_param_flags,
@@ -46,6 +37,10 @@ from workbook_builder.cli.teaching import (
     cmd_grade,
     exercise_from_args,
 )
+from workbook_builder.errors import UserError as AttnsheetsError  # = api.AttnsheetsError
+
+if TYPE_CHECKING:  # imported by the commands that use it (`_api`); declared for the graph
+    from workbook_builder import api  # noqa: F401
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 # 128 + SIGINT, 128 + SIGTERM, as shells do (SIGHUP: 129)
@@ -54,6 +49,11 @@ EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
                      if hasattr(signal, name))
 DEBUG_VARIABLE = "ATTNSHEETS_DEBUG"  # set to 1: an internal error prints its traceback
+# Python's cyclic collector looks at the young objects every 700 new ones (its default);
+# a command's imports (NumPy, openpyxl, the engine) and workbook make over 100,000 that live
+# as long as the command, each looked at again and again: a tenth of a short command's time.
+# Every this many instead, while a command runs (memory peaks are unchanged).
+YOUNG_OBJECTS_PER_COLLECTION = 100_000
 
 
 class Terminated(BaseException):
@@ -69,6 +69,32 @@ def _on_signal(signum, frame):  # noqa: ARG001 (signal handler)
     for other in (signal.SIGINT, *STOP_SIGNALS):  # cleaning up: a second signal waits
         signal.signal(other, signal.SIG_IGN)
     raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+
+_collection_lock = threading.Lock()
+_commands_running = 0
+_threshold_before: tuple[int, ...] = ()
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """The collector's first threshold at YOUNG_OBJECTS_PER_COLLECTION for as long as a
+    command runs (commands in several threads: until the last ends); what it was before is
+    put back after (main() may be called by a host program)."""
+    global _commands_running, _threshold_before
+    with _collection_lock:
+        if not _commands_running:
+            _threshold_before = gc.get_threshold()
+            gc.set_threshold(max(YOUNG_OBJECTS_PER_COLLECTION, _threshold_before[0]),
+                             *_threshold_before[1:])
+        _commands_running += 1
+    try:
+        yield
+    finally:
+        with _collection_lock:
+            _commands_running -= 1
+            if not _commands_running:
+                gc.set_threshold(*_threshold_before)
 
 
 @contextlib.contextmanager
@@ -95,6 +121,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _api():
+    """The `api` module, imported by the commands that use it (it brings NumPy, openpyxl
+    and the engines)."""
+    from workbook_builder import api
+
+    return api
+
+
 def _command_and_kind(argv: list[str]) -> tuple[str | None, str | None]:
     """The command a command line runs, and the word after it (the kind of `build` and
     `class`), as far as they can be told before parsing."""
@@ -115,12 +149,13 @@ def _parser(argv: list[str] | None = None) -> Parser:
     def kinds_of(parser_command: str) -> list[str]:
         if parser_command != command:
             return []
+        api = _api()
         if named is not None:
             try:
-                return [get_kind(named).name]
+                return [api.get_kind(named).name]
             except AttnsheetsError:
                 pass
-        return kinds()
+        return api.kinds()
 
     parser = Parser(prog="attnsheets", description="Excel workbooks in which every step of "
                     "attention is a live formula, checked cell by cell against NumPy.")
@@ -133,7 +168,8 @@ def _parser(argv: list[str] | None = None) -> Parser:
     kind_parsers = build.add_subparsers(dest="kind", required=True, metavar="KIND",
                                         parser_class=Parser)
     for name in kinds_of("build"):
-        kind = get_kind(name)
+        api = _api()
+        kind = api.get_kind(name)
         sub = kind_parsers.add_parser(name, help=kind.summary, description=kind.summary)
         sub.add_argument("-o", "--output", required=True, type=Path, metavar="FILE",
                          help="the .xlsx file to write")
@@ -149,7 +185,7 @@ def _parser(argv: list[str] | None = None) -> Parser:
                          help=f"a preset's sizes, inputs and tokens (flags, --inputs and "
                               f"--tokens given override them): "
                               f"{', '.join(kind.examples) or 'none for this kind'}")
-        sub.add_argument("--layout", choices=LAYOUTS, default="cells",
+        sub.add_argument("--layout", choices=api.LAYOUTS, default="cells",
                          help="cells: one formula per cell (default, best to read); "
                               "blocks: one array formula per step (compact, fast); "
                               "hand: as cells, every matrix product set between copies "
@@ -162,7 +198,7 @@ def _parser(argv: list[str] | None = None) -> Parser:
                                 "with the NumPy reference")
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--engine", choices=(*ENGINES, "all"),
+    check.add_argument("--engine", choices=(*ENGINE_NAMES, "all"),
                        default="formulas", help="which spreadsheet engine evaluates the "
                        "formulas: the `formulas` package (default), LibreOffice headless, "
                        "Gnumeric (ssconvert --recalc), or every installed one side by side")
@@ -196,7 +232,7 @@ def _parser(argv: list[str] | None = None) -> Parser:
     repro = commands.add_parser("reproduce", help="rebuild a tutorial's worked example "
                                 "and compare it with the numbers the tutorial prints")
     # the tutorials are known once their module is imported: only for this command
-    repro.add_argument("tutorial", choices=sorted(api.TUTORIALS) if command == "reproduce"
+    repro.add_argument("tutorial", choices=sorted(_api().TUTORIALS) if command == "reproduce"
                        else None)
     repro.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                        help="folder for the workbooks (default .; created if needed)")
@@ -206,17 +242,19 @@ def _parser(argv: list[str] | None = None) -> Parser:
 
 
 def _cmd_list(args) -> int:
-    names = kinds()
-    width = max(map(len, names))
-    for name in names:
-        print(f"{name:<{width}}  {get_kind(name).summary}")
+    summaries = kind_summaries()  # without importing a kind
+    width = max(map(len, summaries))
+    for name, summary in summaries.items():
+        print(f"{name:<{width}}  {summary}")
     return EXIT_OK
 
 
 def _cmd_build(args) -> int:
-    kind = get_kind(args.kind)
-    book = api.build(kind.name, args.output, inputs=load_inputs(args.inputs), seed=args.seed,
-                     tokens=parse_tokens(args.tokens), layout=args.layout, lang=args.lang,
+    api = _api()
+    kind = api.get_kind(args.kind)
+    book = api.build(kind.name, args.output, inputs=api.load_inputs(args.inputs),
+                     seed=args.seed, tokens=api.parse_tokens(args.tokens),
+                     layout=args.layout, lang=args.lang,
                      exercise=exercise_from_args(args), force=args.force,
                      max_cells=args.max_cells, example=args.example,
                      **checkpoint_args(args), **explicit_params(kind, args))
@@ -228,9 +266,10 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_check(args) -> int:
+    api = _api()
     engines = [args.engine]
     if args.engine == "all":
-        engines, missing = installed_engines()
+        engines, missing = api.installed_engines()
         if missing:
             print(f"attnsheets: not installed, so not compared: {', '.join(missing)}",
                   file=sys.stderr)
@@ -253,6 +292,8 @@ def _cmd_check(args) -> int:
         progress.clear()
     reports = [r for group in per_file for r in group]
     if reports and args.json:
+        import json
+
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(args.files) * len(engines) == 1 else data, indent=2,
                          ensure_ascii=False, allow_nan=False))  # strict JSON, or a bug
@@ -266,10 +307,11 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_pdf(args) -> int:
+    api = _api()
     progress = Progress(args.quiet)
-    handouts = plan_handouts(args.files, args.output)  # only our workbooks
+    handouts = api.plan_handouts(args.files, args.output)  # only our workbooks
     try:
-        export_pdfs(handouts, args.force, args.combined,
+        api.export_pdfs(handouts, args.force, args.combined,
                     lambda done, total: progress(f"printing: {done}/{total} PDFs"))
     finally:
         progress.clear()
@@ -281,6 +323,7 @@ def _cmd_pdf(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    api = _api()
     progress = Progress(args.quiet)
     plan = api.demo_plan(args.model)
     all_passed = True
@@ -301,8 +344,8 @@ def _cmd_demo(args) -> int:
                                                       else "some checks FAILED"))
     if args.model:
         all_passed &= _real_model_demo(args, progress)
-    for name in kinds():
-        note = get_kind(name).demo_note()
+    for name in api.kinds():
+        note = api.get_kind(name).demo_note()
         if note:
             print(f"\n{name}: {note}")
     return EXIT_OK if all_passed else EXIT_MISMATCH
@@ -311,6 +354,7 @@ def _cmd_demo(args) -> int:
 def _real_model_demo(args, progress: Progress) -> bool:
     """BERT layer 0 of all-MiniLM-L6-v2 when its package is installed, with the token
     each head of "it" attends to most; else one line saying how to get it."""
+    api = _api()
     progress("building and checking BERT layer 0 of all-MiniLM-L6-v2 (about two minutes)")
     try:
         demo = api.real_model_demo(args.out, args.force)
@@ -330,6 +374,7 @@ def _real_model_demo(args, progress: Progress) -> bool:
 
 
 def _cmd_reproduce(args) -> int:
+    api = _api()
     results = api.reproduce(args.tutorial, args.out, args.force)
     print(format_reproduction(api.TUTORIALS[args.tutorial].source, results))
     return EXIT_OK if all(r.report.passed for r in results) else EXIT_MISMATCH
@@ -351,7 +396,7 @@ COMMANDS = {"class": _cmd_class, "grade": _cmd_grade,
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        with _clean_exit_on_signals():
+        with _clean_exit_on_signals(), _fewer_collections():
             args = _parser(argv).parse_args(argv)
             return COMMANDS[args.command](args)
     except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
@@ -379,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
 def _internal_error(exc: Exception, where: str = "") -> str:
     """A bug as one line naming it (the traceback first, if asked for)."""
     if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+        import traceback
+
         traceback.print_exc()
     message = " ".join(str(exc).split())
     return printable(f"attnsheets: internal error: {where}{type(exc).__name__}"

@@ -1,16 +1,18 @@
 """A kind's parameters as command-line flags, and back."""
 
 import argparse
-import dataclasses
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbook_builder.api import CHECKPOINT_KINDS, Kind
+if TYPE_CHECKING:  # the machinery is imported by the commands that use it
+    from workbook_builder.api import Kind
 
 
 def add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
     """One flag per Params field: seq_len -> --seq-len; bools are switches."""
+    import dataclasses  # with a kind's Params, not at start-up (it brings `inspect`)
+
     for f in dataclasses.fields(params_class):
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
         help_text = f.metadata.get("help", "")
@@ -28,14 +30,18 @@ def add_param_flags(parser: argparse.ArgumentParser, params_class) -> None:
                             help=f"{help_text} (default {default})")
 
 
-def explicit_params(kind: type[Kind], namespace) -> dict[str, Any]:
+def explicit_params(kind: "type[Kind]", namespace) -> dict[str, Any]:
     """The kind's parameters a user set by flag (unset flags are absent from the namespace)."""
+    import dataclasses
+
     return {f.name: getattr(namespace, f.name) for f in dataclasses.fields(kind.Params)
             if hasattr(namespace, f.name)}
 
 
 def add_checkpoint_flags(parser: argparse.ArgumentParser, kind_name: str) -> None:
     """--checkpoint and what goes with it, for the kinds a real model's layer can fill."""
+    from workbook_builder.api import CHECKPOINT_KINDS
+
     if kind_name not in CHECKPOINT_KINDS:
         return
     parser.add_argument("--checkpoint", type=Path, metavar="PATH",

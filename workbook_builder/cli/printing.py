@@ -3,15 +3,12 @@
 import unicodedata
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from workbook_builder.api import Report as CheckReport
-
 if TYPE_CHECKING:  # imported with the commands that make them
     from workbook_builder.api import ExampleResult, Grade
+    from workbook_builder.api import Report as CheckReport
 
 
-def format_report(report: CheckReport) -> str:
+def format_report(report: "CheckReport") -> str:
     lines = [f"{report.path}: kind {report.kind}, layout {report.layout}, "
              f"engine {report.engine}"]
     width = max(len(step.name) for step in report.steps)
@@ -32,7 +29,7 @@ def format_report(report: CheckReport) -> str:
     return "\n".join(map(printable, lines))  # a file's name or text may hold escapes
 
 
-def format_side_by_side(reports: list[CheckReport]) -> str:
+def format_side_by_side(reports: "list[CheckReport]") -> str:
     """One file checked by several engines: one row per step, one error column each."""
     first = reports[0]
     width = max(len(step.name) for step in first.steps)
@@ -107,6 +104,8 @@ def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
     if len(counted) < len(graded):
         summary += f" ({len(counted)} students)"
     if scores:
+        import numpy as np  # imported by grading already
+
         summary += f"; mean score {np.mean(scores):.1f}% over returned files"
     if roster:  # a student who returned nothing (or nothing gradable) scores 0
         missing = sum(not g.returned for g in grades)

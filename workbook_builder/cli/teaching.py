@@ -5,26 +5,20 @@ Kept apart from main.py so that file only wires them in."""
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from workbook_builder import api
-from workbook_builder.api import (
-    DEFAULT_MAX_CELLS,
-    ENGINES,
-    LANGS,
-    LAYOUTS,
-    AttnsheetsError,
-    ExerciseSpec,
-    checkpoint_inputs,
-    get_kind,
-    make_spec,
-    parse_tokens,
-    resolve_params,
-)
+from workbook_builder.cli.kind_table import ENGINE_NAMES
 from workbook_builder.cli.params import add_checkpoint_flags, checkpoint_args, explicit_params
 from workbook_builder.cli.printing import format_grades, printable
+from workbook_builder.errors import UserError as AttnsheetsError  # = api.AttnsheetsError
+
+if TYPE_CHECKING:  # the machinery (`api`) is imported by the commands that use it
+    from workbook_builder.api import ExerciseSpec
 
 
 def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool = False) -> None:
+    from workbook_builder.api import DEFAULT_MAX_CELLS, LANGS
+
     parser.add_argument("--lang", choices=LANGS, default="en",
                         help="language of labels, step headers and explanations (default en)")
     parser.add_argument("--exercise", metavar="STEP[,STEP…]", required=exercise_required,
@@ -40,12 +34,14 @@ def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool =
                              f"counts too)")
 
 
-def exercise_from_args(args) -> ExerciseSpec | None:
+def exercise_from_args(args) -> "ExerciseSpec | None":
     """An ExerciseSpec, or None for a complete workbook (exercise options then refused)."""
     if args.exercise is None:
         if args.tolerance is not None or not args.self_check:
             raise AttnsheetsError("--tolerance and --no-self-check need --exercise")
         return None
+    from workbook_builder.api import make_spec
+
     return make_spec(args.exercise, args.tolerance, args.self_check)
 
 
@@ -56,6 +52,8 @@ def add_commands(commands, add_param_flags, class_kinds: list[str]) -> None:
     kind_parsers = klass.add_subparsers(dest="kind", required=True, metavar="KIND",
                                         parser_class=type(klass))
     for name in class_kinds:
+        from workbook_builder.api import LAYOUTS, get_kind
+
         kind = get_kind(name)
         sub = kind_parsers.add_parser(name, help=kind.summary, description=kind.summary)
         sub.add_argument("--roster", required=True, type=Path, metavar="ROSTER.csv",
@@ -86,13 +84,16 @@ def add_commands(commands, add_param_flags, class_kinds: list[str]) -> None:
     grade.add_argument("--manifest", type=Path, metavar="manifest.json",
                        help="the class's manifest.json (or its folder): grade every file "
                             "against the teacher's record and report what was changed")
-    grade.add_argument("--engine", choices=ENGINES, default=None,
+    grade.add_argument("--engine", choices=ENGINE_NAMES, default=None,
                        help="recalculate formula cells with this engine instead of reading "
                             "the values saved in the file")
 
 
 def cmd_class(args) -> bool:
     """True if every workbook verified against the reference."""
+    from workbook_builder import api
+    from workbook_builder.api import checkpoint_inputs, get_kind, parse_tokens, resolve_params
+
     kind = get_kind(args.kind)
     tokens = parse_tokens(args.tokens)
     sizes, given = explicit_params(kind, args), {}
@@ -122,6 +123,8 @@ def cmd_class(args) -> bool:
 def cmd_grade(args) -> bool:
     """True if every file could be graded and none differs from the manifest (scores never
     fail the command)."""
+    from workbook_builder import api
+
     grades = api.grade_all(args.paths, args.out, args.force, args.engine, args.manifest)
     files = [grade for grade in grades if grade.returned]
     for grade in files:

@@ -79,17 +79,43 @@ def _push_smaller_side(self, indices, output=None):
     return missing
 
 
+class _ModuleOnFirstUse(types.ModuleType):
+    """Stands for a module imported under it: the real module is imported when any of its
+    attributes is first read, and from then on is the importer's own (the `owner` module's
+    `attribute`)."""
+
+    def __init__(self, name: str, owner: str, attribute: str):
+        super().__init__(name)
+        self._owner, self._attribute = owner, attribute
+
+    def __getattr__(self, attribute: str):  # only what the stand-in itself lacks
+        real = importlib.import_module(self.__name__)  # not this: it left sys.modules
+        owner = sys.modules.get(self._owner)
+        if getattr(owner, self._attribute, None) is self:
+            setattr(owner, self._attribute, real)  # the module as released from now on
+        return getattr(real, attribute)
+
+
 @contextlib.contextmanager
 def _scipy_on_first_use() -> Iterator[None]:
     """formulas' statistics module imports scipy.stats, scipy.linalg and scipy's interp1d at
     module level (~0.7 s, a third of a small command) but uses them only inside the
     statistical functions: give it scipy.stats and scipy.linalg as modules that load on
-    first attribute access (the standard library's LazyLoader), and interp1d as a function
-    that imports the real one when first called and puts it in its own place."""
+    first attribute access, and interp1d as a function that imports the real one when
+    first called and puts it in its own place. scipy itself, when nothing imported it yet
+    (~15 ms), is a stand-in while the module is imported, holding stand-ins for the two
+    (`_ModuleOnFirstUse`); else they are the standard library's LazyLoader modules."""
+    stand_in = None
+    if "scipy" not in sys.modules:
+        stand_in = types.ModuleType("scipy")
+        for name in ("stats", "linalg"):
+            setattr(stand_in, name, _ModuleOnFirstUse(f"scipy.{name}",
+                                                      "formulas.functions.stat", name))
+        sys.modules["scipy"] = stand_in
     import scipy
 
     for name in ("stats", "linalg"):
-        if f"scipy.{name}" not in sys.modules:
+        if stand_in is None and f"scipy.{name}" not in sys.modules:
             spec = importlib.util.find_spec(f"scipy.{name}")
             spec.loader = importlib.util.LazyLoader(spec.loader)
             module = importlib.util.module_from_spec(spec)
@@ -115,6 +141,8 @@ def _scipy_on_first_use() -> Iterator[None]:
     finally:
         if placed:
             del sys.modules["scipy.interpolate"]
+        if stand_in is not None and sys.modules.get("scipy") is stand_in:
+            del sys.modules["scipy"]  # the first statistical function imports scipy
 
 
 def _array_erf(released):
@@ -273,6 +301,21 @@ def _write(place: _Place, value) -> None:
         setattr(target, key, value)
 
 
+@contextlib.contextmanager
+def _tqdm_on_first_use() -> Iterator[None]:
+    """formulas' model module imports tqdm (~30 ms: tqdm reads its own installed version
+    through importlib.metadata) for the progress bar of the engine's own model, which is
+    kept quiet and which the direct calculation never makes: imported inside, it gets a
+    stand-in that imports tqdm when first used (`_ModuleOnFirstUse`); nobody else does."""
+    stand_in = _ModuleOnFirstUse("tqdm", "formulas.excel", "tqdm")
+    placed = sys.modules.setdefault("tqdm", stand_in) is stand_in
+    try:
+        yield
+    finally:
+        if placed and sys.modules.get("tqdm") is stand_in:
+            del sys.modules["tqdm"]
+
+
 @functools.cache
 def _places() -> list[tuple[_Place, Any, Any, bool]]:
     """Every place we change: (place, the library's own value there, ours, whether it is
@@ -281,16 +324,19 @@ def _places() -> list[tuple[_Place, Any, Any, bool]]:
     from formulas.cell import RangesAssembler
     from formulas.functions.operators import OPERATORS
 
-    excel = importlib.import_module("formulas.excel")  # the module, not its ExcelModel
+    with _tqdm_on_first_use():
+        excel = importlib.import_module("formulas.excel")  # the module, not its ExcelModel
     functions = formulas.get_functions()
     ours: list[tuple[_Place, Any, bool]] = []
     erf = _array_erf(functions["ERF"])
     ours += [((functions, "ERF"), erf, False), ((functions, "_XLFN.ERF"), erf, False)]
     bar = getattr(excel, "tqdm", None)
-    if callable(getattr(bar, "tqdm", None)):
+    if isinstance(bar, types.ModuleType):  # its `tqdm` read when a bar is made, not before
         # the engine's own reference to tqdm only, never the global tqdm
-        quiet = SimpleNamespace(tqdm=functools.partial(bar.tqdm, disable=True))
-        ours.append(((excel, "tqdm"), quiet, False))
+        def quiet_bar(*args, **kwargs):
+            return bar.tqdm(*args, **{"disable": True, **kwargs})
+
+        ours.append(((excel, "tqdm"), SimpleNamespace(tqdm=quiet_bar), False))
     ours.append(((RangesAssembler, "push"), _push_smaller_side, True))
     if within(formulas.__version__, *SUPPORTED["formulas"]):  # used as `use` says
         ours.append(((functions, "INDEX"), _index_entry(), True))
