@@ -8,11 +8,10 @@ Fill of a page (`page_fills`): the page rendered in grey at 30 dpi, the share of
 printable height (inside the 0.6 in top and bottom margins, where header and footer print)
 whose pixel rows hold any ink (a pixel darker than 200 of 255). A page of blocks with empty
 bands between them is about 0.7; a third of a page, 0.33. The rule the handouts keep: every
-page but the last at least half full (tests/test_handout_pages.py measures the same way).
+page but the last at least half full (tests/page_fill.py, shared with the handout tests).
 """
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,30 +19,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the fill measured as the handout tests measure it
 
-DPI = 30
-MARGIN_IN = 0.6  # the top and bottom margins (sheet/printing.py), header and footer in them
+from page_fill import page_fills  # noqa: E402
+
 HALF = 0.5
-
-
-def page_fills(pdf: Path, folder: Path) -> list[float]:
-    """Per page, the share of the printable height whose pixel rows hold any ink."""
-    prefix = folder / pdf.stem
-    subprocess.run(["pdftoppm", "-gray", "-r", str(DPI), str(pdf), str(prefix)], check=True)
-    images = sorted(folder.glob(f"{pdf.stem}-*.pgm"),
-                    key=lambda p: int(p.stem.rsplit("-", 1)[1]))
-    fills = []
-    for image in images:
-        data = image.read_bytes()
-        _, width, height, _, pixels = data.split(maxsplit=4)
-        width, height = int(width), int(height)
-        pixels = pixels[-width * height:]
-        margin = int(MARGIN_IN * DPI) + 1
-        rows = range(margin, height - margin)
-        inked = sum(min(pixels[y * width:(y + 1) * width]) < 200 for y in rows)
-        fills.append(inked / len(rows))
-        image.unlink()
-    return fills
 
 
 def least_fill(fills: list[float]) -> float | None:

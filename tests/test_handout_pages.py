@@ -10,6 +10,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 from conftest import cli, requires_libreoffice
+from page_fill import page_fills
 
 from workbook_builder.book.workbook import new_workbook
 from workbook_builder.engines.libreoffice import has_chinese_font
@@ -26,28 +27,6 @@ requires_poppler = pytest.mark.skipif(
     shutil.which("pdftotext") is None or shutil.which("pdftoppm") is None,
     reason="pdftotext/pdftoppm are missing (apt-get install poppler-utils)")
 LANGS = ["en", "zh"] if has_chinese_font() else ["en"]
-DPI = 30
-MARGIN_IN = 0.6  # the top and bottom margins (sheet/printing.py), header and footer in them
-
-
-def page_fills(pdf: Path, folder: Path) -> list[float]:
-    """Per page, the share of the printable height whose pixel rows hold any ink (a page
-    of blocks with empty bands between them is about 0.7; a third of a page, 0.33)."""
-    subprocess.run(["pdftoppm", "-gray", "-r", str(DPI), str(pdf), str(folder / "p")],
-                   check=True)
-    fills = []
-    for image in sorted(folder.glob("p-*.pgm"), key=lambda p: int(p.stem.split("-")[1])):
-        data = image.read_bytes()
-        _, width, height, _, pixels = data.split(maxsplit=4)
-        width, height = int(width), int(height)
-        pixels = pixels[-width * height:]
-        margin = int(MARGIN_IN * DPI) + 1
-        rows = range(margin, height - margin)
-        inked = sum(min(pixels[y * width:(y + 1) * width]) < 200 for y in rows)
-        fills.append(inked / len(rows))
-    return fills
-
-
 def printed(tmp_path: Path, *build_args: str) -> Path:
     book = tmp_path / "book.xlsx"
     assert cli("build", *build_args, "-o", book).returncode == 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 from conftest import build, evaluated_blocks, once_per_run, requires_libreoffice
-from test_handout_pages import page_fills
+from page_fill import page_fills
 
 from workbook_builder import api
 from workbook_builder.book.files import handout_copy
