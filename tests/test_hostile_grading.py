@@ -203,6 +203,7 @@ def answered(tmp_path_factory):
     return answered, api.read_record(out)
 
 
+@pytest.mark.slow  # a class, then 25 tampered copies graded
 @FEW
 @given(tolerance=st.none() | st.floats(1e-9, 1e12),
        steps=st.none() | st.lists(st.sampled_from(["Q", "SCORES", "WEIGHTS", "OUTPUT"]),
