@@ -407,6 +407,7 @@ def test_any_token_is_written_as_the_same_text_or_refused(tmp_path, tokens):
     assert set(labels.values()) == {"s"}
 
 
+@pytest.mark.slow  # 25 classes
 @FEW
 @given(st.text(min_size=1, max_size=40).filter(str.strip))
 def test_any_roster_id_is_written_as_text_or_refused(tmp_path, student):
