@@ -353,6 +353,47 @@ requires_gnumeric = pytest.mark.skipif(
     reason="Gnumeric is not installed (apt-get install gnumeric)")
 
 
+# -- tiers ------------------------------------------------------------------------------------
+# A plain `pytest` runs the default tier; tests marked with a tier below run under `-m` (e.g.
+# `pytest -m slow`) or `--all`. A test needing LibreOffice or Gnumeric is in `engines`, one
+# needing PyTorch or transformers in `models`, without a mark of its own.
+TIERS = ("engines", "models", "slow")
+_TIER_OF_REQUIREMENT = [(requires_libreoffice.mark, "engines"),
+                        (requires_gnumeric.mark, "engines"),
+                        (requires_torch.mark, "models"), (requires_transformers.mark, "models")]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", dest="all_tiers",
+                     help="run every tier: also the tests marked engines, models or slow")
+    _released_libraries_option(parser)
+
+
+def _default_tier_only(config) -> bool:
+    return not (config.option.markexpr or config.option.all_tiers)
+
+
+def pytest_report_header(config):
+    if _default_tier_only(config):
+        return f"tiers: default ({', '.join(TIERS)} deselected; --all or -m runs them)"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # the tier marks are in place before `-m` selects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in list(item.iter_markers("skipif")):
+            for requirement, tier in _TIER_OF_REQUIREMENT:
+                if mark == requirement and not item.get_closest_marker(tier):
+                    item.add_marker(tier)
+    if _default_tier_only(config):
+        tiered = [item for item in items if any(item.get_closest_marker(t) for t in TIERS)]
+        tiered_ids = set(map(id, tiered))
+        if tiered:
+            config.hook.pytest_deselected(items=tiered)
+            items[:] = [item for item in items if id(item) not in tiered_ids]
+
+
 @pytest.fixture(scope="session")
 def recalculated_demo(demo, tmp_path_factory) -> list[tuple[Path, Path]]:
     """Every demo workbook, and its copy recalculated and saved by one LibreOffice run."""
@@ -370,7 +411,7 @@ def gnumeric_demo(demo, tmp_path_factory) -> list[tuple[Path, Path]]:
     return [(book, folder / book.name) for book in demo.books]
 
 
-def pytest_addoption(parser):
+def _released_libraries_option(parser):
     parser.addoption("--released-libraries", action="store_true",
                      help="run with every library as released: each version guard of "
                           "workbook_builder/engines/internals answers 'unsupported' (sets "

@@ -73,6 +73,7 @@ def _as_read(path: Path) -> dict:
             "warnings": [str(w.message) for w in heard]}
 
 
+@pytest.mark.slow  # every kind; the tests below read four kinds back through the array path
 @pytest.mark.parametrize("kind_name", sorted(FIRST_CASES))
 def test_array_blocks_write_the_same_workbook_as_cells(tmp_path, kind_name):
     layout = "blocks" if kind_name in ("multihead", "flash", "ssm") else "cells"

@@ -28,6 +28,8 @@ from tests.conftest import (
 )
 from workbook_builder.checking.names import find_name
 
+pytestmark = pytest.mark.slow  # commands run under a memory cap, in processes of their own
+
 ADDRESS_SPACE = 1_500_000_000  # bytes: Python, NumPy and openpyxl fit in a fraction of it
 TIMEOUT_S = 120                # a hang (a pipe read forever) fails instead of waiting
 

@@ -46,6 +46,7 @@ def shared_functions(model) -> dict[str, int]:
             if len(cells) > 1}
 
 
+@pytest.mark.slow  # the per-cell path is slow; every kind's own check is in test_kinds.py
 @pytest.mark.parametrize("layout", ["cells", "blocks"])
 @pytest.mark.parametrize("kind_name,index,case", ALL_CASES,
                          ids=[f"{k}-{i}" for k, i, _ in ALL_CASES])

@@ -196,6 +196,7 @@ def demo_books(demo):
             if path.name.endswith("_cells.xlsx")}
 
 
+@pytest.mark.slow  # every demo workbook read whole; each table counts its sheet above
 @pytest.mark.parametrize("stem,column,ratio,tolerance", GROWTH,
                          ids=[f"{g[0]}-{g[1]}" for g in GROWTH])
 def test_the_tables_grow_as_the_tutorial_says(demo_books, stem, column, ratio, tolerance):
@@ -208,6 +209,7 @@ def test_the_tables_grow_as_the_tutorial_says(demo_books, stem, column, ratio, t
     assert at_32k / at_4k == pytest.approx(ratio, rel=tolerance, abs=0)
 
 
+@pytest.mark.slow  # every demo workbook read whole
 @pytest.mark.parametrize("stem", ["flash", "flash_causal"])
 def test_flash_multiplies_no_less_than_standard_attention_at_large_n(demo_books, stem):
     """Exact, so no fewer multiply-adds than standard attention at large n; the online

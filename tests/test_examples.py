@@ -51,12 +51,25 @@ def no_minilm(monkeypatch):
 
 # -- presets -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind_name,example", EXAMPLES, ids=[f"{k}-{e}" for k, e in EXAMPLES])
-@pytest.mark.parametrize("layout", ["cells", "blocks"])
-def test_every_example_builds_and_checks(tmp_path, kind_name, example, layout):
-    book = api.build(kind_name, tmp_path / "book.xlsx", example=example, layout=layout)
-    assert api.check(book).passed
-    assert book.note and book.note in book.workbook[book.kind.sheet_title]["A2"].value
+DEMO_EXAMPLES = [(name, kind.name, values["example"])
+                 for name, kind, values, _ in demo_plan(with_model=False) if "example" in values]
+
+
+def test_the_demo_builds_every_example_in_both_layouts():
+    built = [(kind_name, example) for _, kind_name, example in DEMO_EXAMPLES]
+    assert sorted(built) == sorted(EXAMPLES * 2)
+
+
+@pytest.mark.parametrize("name,kind_name,example", DEMO_EXAMPLES,
+                         ids=[name for name, _, _ in DEMO_EXAMPLES])
+def test_every_example_says_where_its_numbers_come_from_and_its_columns_fit(demo, name,
+                                                                          kind_name, example):
+    """The demo builds and checks every example (tests/test_cli.py); its sheet says where
+    the numbers come from, and every number fits its column."""
+    kind = KINDS[kind_name]
+    note = kind.example(example).note
+    assert note and note in openpyxl.load_workbook(demo.out / name)[kind.sheet_title]["A2"].value
+    assert overflowing_cells(demo.out / name) == []
 
 
 def test_hand_attention_is_small_integers_and_visibly_peaked():
@@ -206,12 +219,6 @@ def test_columns_fit_numbers_from_inputs_up_to_a_thousand(tmp_path, kind_name, p
     given = large_inputs(kind_name, params, 1)
     path = build(tmp_path, kind_name, params, given=given)
     assert overflowing_cells(path) == []
-
-
-@pytest.mark.parametrize("kind_name,example", EXAMPLES, ids=[f"{k}-{e}" for k, e in EXAMPLES])
-def test_columns_fit_the_numbers_of_every_example(tmp_path, kind_name, example):
-    api.build(kind_name, tmp_path / "e.xlsx", example=example)
-    assert overflowing_cells(tmp_path / "e.xlsx") == []
 
 
 @requires_libreoffice

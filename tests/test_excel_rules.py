@@ -17,6 +17,8 @@ from excel_files import write_every_kind_of_file
 
 from workbook_builder.checking.xlsx_lint import MAX_TEXT, lint_workbook
 
+pytestmark = pytest.mark.slow  # every kind of file written, through the validator
+
 SETUP = ("apt-get install mono-devel && ../shared/tools/ooxml-validator/setup-validator.sh "
          "~/.cache/attnsheets/ooxml-validator")
 

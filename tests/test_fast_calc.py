@@ -25,8 +25,17 @@ from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet import refs
 from workbook_builder.sheet.refs import parse_range
 
-DEMOS = [(name, label, params, layout) for name, kind in sorted(KINDS.items())
-         for label, params in kind.demo_cases for layout in ("cells", "blocks")]
+# the default tier: cell formulas (attention) and array formulas and recurrences (blocks);
+# the slow tier: every other kind at its largest test case, and every kind at the demo's
+# sizes in both layouts
+SMALL = [(name, f"{name}-test", KINDS[name].test_cases[-1], layout)
+         for name, layout in [("attention", "cells"), ("multihead", "blocks"),
+                              ("ssm", "blocks"), ("flash", "blocks")]]
+REST = [(name, f"{name}-test", KINDS[name].test_cases[-1], "cells")
+         for name in sorted(KINDS) if name != "attention"] + [
+    (name, label, params, layout) for name, kind in sorted(KINDS.items())
+    for label, params in kind.demo_cases for layout in ("cells", "blocks")]
+CASES = SMALL + [pytest.param(*case, marks=pytest.mark.slow) for case in REST]
 
 
 def typed(values):
@@ -75,8 +84,8 @@ def assert_same_as_the_engines_own(path):
     assert not differ, differ[:5]
 
 
-@pytest.mark.parametrize("kind_name,label,params,layout", DEMOS,
-                         ids=[f"{label}-{layout}" for _, label, _, layout in DEMOS])
+@pytest.mark.parametrize("kind_name,label,params,layout", CASES,
+                         ids=[f"{label}-{layout}" for _, label, _, layout in SMALL + REST])
 def test_plain_loop_equals_the_engines_own_loader_and_calculation(tmp_path, kind_name,
                                                                   label, params, layout):
     assert_same_as_the_engines_own(build(tmp_path, kind_name, params, layout=layout))

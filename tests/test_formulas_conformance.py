@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # about 6 CPU minutes: the engine's suite, run twice
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = Path(os.environ.get("FORMULAS_CONFORMANCE_SUITE",
                             ROOT.parent / "shared" / "conformance" / "formulas-tests" / "test"))

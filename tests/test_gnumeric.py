@@ -96,17 +96,6 @@ def test_check_engine_all_shows_three_engines_agreeing_on_every_demo_workbook(
     assert 0 < worst["gnumeric"] < 1e-13, worst  # measured: 6.2e-15 (encoder_block)
 
 
-@requires_gnumeric
-def test_check_engine_all_on_the_command_line_names_every_engine(demo):
-    book = next(b for b in demo.books if b.name == "attention_causal_cells.xlsx")
-    result = cli("check", book, "--engine", "all")
-    assert result.returncode == 0, result.stdout + result.stderr
-    header = result.stdout.splitlines()[1]
-    installed = [e for e in ENGINES if f"{e} max|err|" in header]
-    assert installed[0] == "formulas" and "gnumeric" in installed
-    assert "all steps pass in every engine" in result.stdout
-
-
 # -- cached values ---------------------------------------------------------------------------
 
 @requires_gnumeric

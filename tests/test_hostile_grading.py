@@ -203,6 +203,7 @@ def answered(tmp_path_factory):
     return answered, api.read_record(out)
 
 
+@pytest.mark.slow  # a class, then 25 tampered copies graded
 @FEW
 @given(tolerance=st.none() | st.floats(1e-9, 1e12),
        steps=st.none() | st.lists(st.sampled_from(["Q", "SCORES", "WEIGHTS", "OUTPUT"]),
@@ -406,6 +407,7 @@ def test_any_token_is_written_as_the_same_text_or_refused(tmp_path, tokens):
     assert set(labels.values()) == {"s"}
 
 
+@pytest.mark.slow  # 25 classes
 @FEW
 @given(st.text(min_size=1, max_size=40).filter(str.strip))
 def test_any_roster_id_is_written_as_text_or_refused(tmp_path, student):
@@ -478,12 +480,12 @@ def test_a_forced_class_failing_while_moving_in_puts_the_old_files_back(tmp_path
 
 # -- interrupts ------------------------------------------------------------------------------
 
-def start(args, tmp_path) -> tuple[subprocess.Popen, Path]:
+def start(args, tmp_path, program=("-m", "workbook_builder")) -> tuple[subprocess.Popen, Path]:
     """The CLI in a new process whose temporary folder is a private one, to look into."""
     private = tmp_path / "tmp"
     private.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(private)}
-    return subprocess.Popen([sys.executable, "-m", "workbook_builder", *map(str, args)],
+    return subprocess.Popen([sys.executable, *map(str, program), *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=Path(__file__).parent.parent,
                             # as from a terminal, whatever the test runner ignores
@@ -515,28 +517,41 @@ def test_a_signal_during_build_leaves_no_temporary_file(tmp_path, signum, code, 
     assert list(out.iterdir()) == []
 
 
+# the CLI, its class pausing once the first workbook is in the staging folder: it touches
+# the file named by its first argument and sleeps until a signal comes
+PAUSED_AFTER_FIRST_STAGED = """
+import pathlib, sys, time
+from workbook_builder.cli.app import main
+from workbook_builder.teaching import classroom
+staged = classroom.store_values
+def staged_then_paused(*args, **kwargs):
+    staged(*args, **kwargs)
+    pathlib.Path(sys.argv[1]).touch()
+    time.sleep(600)
+classroom.store_values = staged_then_paused
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 def test_sigterm_during_class_leaves_nothing(tmp_path):
-    # the signal goes once the staging folder holds workbooks; on a loaded machine the
-    # class may still finish first (exit 0, the class complete), so it is tried again, and
-    # at least one try must be stopped mid-write, leaving nothing
-    roster = write_roster(tmp_path, [f"s{n}" for n in range(200)])
-    stopped = 0
-    for attempt in range(3):
-        out = tmp_path / f"class{attempt}"
-        process, private = start(["class", "attention", "--roster", roster, "--out", out,
-                                  "--exercise", "WEIGHTS", *SIZES], tmp_path)
-        code, err = terminate_once(process, lambda: any(
-            any(p.glob("*.xlsx")) for p in tmp_path.glob(".class*.attnsheets-*")))
-        assert list(tmp_path.glob(".class*.attnsheets-*")) == [], "staging folder left"
-        assert list(private.iterdir()) == []
-        if code == 0:  # finished before the signal landed: the class is whole
-            assert (out / "manifest.json").exists(), err
-            continue
-        assert code == 143, err
-        assert not out.exists()
-        stopped += 1
-        break
-    assert stopped == 1
+    ready, out = tmp_path / "ready", tmp_path / "class"
+    process, private = start(["class", "attention", "--roster", write_roster(tmp_path, ["a1"]),
+                              "--out", out, "--exercise", "WEIGHTS", *SIZES], tmp_path,
+                             program=("-c", PAUSED_AFTER_FIRST_STAGED, ready))
+    staged = []
+
+    def paused() -> bool:
+        if not ready.exists():
+            return False
+        staged.extend(p.name for p in tmp_path.glob(".class.attnsheets-*/*.xlsx"))
+        return True
+
+    code, err = terminate_once(process, paused)
+    assert (code, err.strip()) == (143, "attnsheets: terminated")
+    assert "attention_a1.xlsx" in staged  # the signal came while the class was being staged
+    assert not out.exists()
+    assert list(tmp_path.glob(".class*.attnsheets-*")) == [], "staging folder left"
+    assert list(private.iterdir()) == []
 
 
 @requires_libreoffice

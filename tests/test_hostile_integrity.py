@@ -193,6 +193,7 @@ def test_a_step_named_anywhere_else_fails_the_check_and_scores_zero(one_class, t
     assert any("WEIGHTS" in change for change in grade.changes)
 
 
+@pytest.mark.slow  # every kind and layout; the tests above catch misplaced names in small
 @pytest.mark.parametrize("kind_name", sorted(KINDS))
 def test_the_planned_places_are_where_the_writer_puts_every_name(tmp_path, kind_name):
     """The placement `check` and `grade` trust, against what the writer names, for a

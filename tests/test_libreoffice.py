@@ -50,6 +50,9 @@ def test_check_engine_all_passes_fresh_and_after_an_edit(tmp_path, layout):
     fresh = cli("check", path, "--engine", "all")
     assert fresh.returncode == 0, fresh.stdout
     assert "all steps pass in every engine" in fresh.stdout
+    header = fresh.stdout.splitlines()[1]  # every engine named, `formulas` first
+    assert 0 <= header.find("formulas max|err|") < header.find("libreoffice max|err|") \
+        and "gnumeric max|err|" in header
     wb = openpyxl.load_workbook(path)
     where = find_name(wb, "X", path)
     wb[where.sheet].cell(where.top, where.left).value = 2.5

@@ -29,6 +29,8 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.teaching.exercise import ExerciseSpec
 
+pytestmark = pytest.mark.slow  # limits: large grids, files and formulas refused
+
 # peak resident memory of one command, measured in a process of its own: the bound is far
 # above a small workbook's (~60–90 MB) and far below what reading a million rows costs
 MEMORY_BOUND_MB = 400

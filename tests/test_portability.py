@@ -39,6 +39,7 @@ def demo_books(demo, tutorial):
     return demo.books + tutorial.books
 
 
+@pytest.mark.slow  # every formula of every demo workbook; the lint itself is tested above
 def test_every_demo_formula_is_portable(demo_books):
     problems = []
     for path in demo_books:
@@ -48,6 +49,7 @@ def test_every_demo_formula_is_portable(demo_books):
     assert not problems, "\n".join(problems[:20])
 
 
+@pytest.mark.slow  # every cell of every demo workbook
 def test_fresh_workbooks_carry_their_evaluated_values(demo_books):
     """A reader that does not calculate (openpyxl data_only, pandas, previews) sees numbers
     in every step block, and they are the checked values."""

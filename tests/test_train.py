@@ -151,9 +151,9 @@ def test_reference_equals_torch_autograd_and_its_training_loop(values, seed):
     compare_runs(train_ref(inputs, p), p, inputs, f"reference {values} seed {seed}")
 
 
+@requires_torch
 def test_a_wrong_gradient_is_caught_by_the_torch_comparison():
     """The comparison can fail: dŜ without the softmax's row term r (a common slip)."""
-    pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
     p = make_params(TRAIN, {"steps": 2})
     inputs = complete_inputs(TRAIN, p, {}, 0)
     blocks = train_ref(inputs, p)
