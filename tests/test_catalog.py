@@ -29,12 +29,14 @@ def test_every_language_but_english_has_a_catalog():
     assert sorted(p.stem for p in CATALOGS) == [lang for lang in i18n.LANGS if lang != "en"]
 
 
+@pytest.mark.slow  # builds every case in Chinese (about a minute)
 def test_no_chinese_sheet_holds_english_without_an_entry(findings):
     assert findings.cases > 400 and findings.texts > 10_000  # the cases were built
     missing = {text: sorted(where)[:2] for text, where in findings.missing.items()}
     assert not missing, missing
 
 
+@pytest.mark.slow  # the same builds
 def test_every_catalog_entry_is_used_by_some_case(findings):
     assert findings.used  # the record saw the entries
     assert not findings.unused, findings.unused

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ATTENTION, build, cli, one_line_error
+from workbook_builder import api
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli import app
 
@@ -41,7 +42,7 @@ def test_an_unexpected_exception_is_one_line_and_exit_3(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(app.api, "check", broken)
+    monkeypatch.setattr(api, "check", broken)  # the command reads it when it runs
     monkeypatch.delenv(app.DEBUG_VARIABLE, raising=False)
     ran = cli("check", path)
     assert ran.returncode == 3

@@ -39,6 +39,7 @@ ENGINE_TESTS = {
 }
 
 
+@pytest.mark.slow  # the engine tests again, every shortcut off
 @pytest.mark.parametrize("group", sorted(ENGINE_TESTS))
 def test_engine_tests_pass_with_every_library_as_released(group):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
