@@ -13,7 +13,8 @@ recalc-always); check / LO and build + check / LO (medians of the pairs' ratios)
 (the kind's reference computing every step from the same inputs, in one process) and
 check / NumPy; peak memory of the larger of the build and check processes. Times are
 medians of --repeat pairs. The first case's second row is a teaching-size build + check
-(two processes) against LibreOffice's recalculation of the same file.
+(two processes) against LibreOffice's recalculation of the same file; a case whose target is
+on build + check has a second row, `build --check`: both in one process.
 """
 
 import argparse
@@ -147,6 +148,9 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
         return {"case": case, "skipped": case.skip}
     path = work / (re.sub(r"\W+", "_", case.name) + ".xlsx")
     builds, checks, peaks, lo, check_ratios, both_ratios = [], [], [], [], [], []
+    # a target on build + check: also `build --check`, both in one process
+    one_process = "build + check" in case.target
+    together, together_ratios = [], []
     cells = 0
     for _ in range(repeat):  # pairs: ours, then LibreOffice on the same file
         seconds, peak, out = run_measured([*tool, "build", case.kind, "-o", str(path),
@@ -158,18 +162,27 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
         seconds, peak, out = run_measured([*tool, "check", str(path)], work)
         checks.append(seconds)
         peaks.append(peak)
+        if one_process:
+            seconds, peak, out = run_measured(
+                [*tool, "build", case.kind, "-o", str(path.with_stem(path.stem + "_checked")),
+                 "--force", "--layout", case.layout, *case.args, "--check"], work)
+            together.append(seconds)
         lo_seconds = libreoffice_seconds(path, work)
         if lo_seconds is not None:
             lo.append(lo_seconds)
             check_ratios.append(checks[-1] / lo_seconds)
             both_ratios.append((builds[-1] + checks[-1]) / lo_seconds)
+            if one_process:
+                together_ratios.append(together[-1] / lo_seconds)
     reference = numpy_seconds(path)
     check = statistics.median(checks)
     return {"case": case, "cells": cells, "build": statistics.median(builds), "check": check,
             "peak": max(peaks), "lo": statistics.median(lo) if lo else None,
             "check_ratio": statistics.median(check_ratios) if lo else None,
             "both_ratio": statistics.median(both_ratios) if lo else None,
-            "numpy": reference, "numpy_ratio": check / reference}
+            "numpy": reference, "numpy_ratio": check / reference,
+            "together": statistics.median(together) if together else None,
+            "together_ratio": statistics.median(together_ratios) if together_ratios else None}
 
 
 def measure_class(repeat: int, work: Path, tool: list[str]) -> dict:
@@ -219,6 +232,11 @@ def table(rows: list[dict], repeat: int) -> str:
                      f"{num(row.get('both_ratio'), '{:.2f}×')} | {num(numpy_ms, '{:.3f}')} | "
                      f"{num(row.get('numpy_ratio'), '{:,.0f}×')} | "
                      f"{num(row['peak'], '{:.0f}')} | {case.target} |")
+        if row.get("together_ratio") is not None:
+            lines.append(f"| {case.name}, `build --check` (one process) | {case.layout} | "
+                         f"{row['cells']} | – | {num(row['together'])} | {num(row['lo'])} | – | "
+                         f"{num(row['together_ratio'], '{:.2f}×')} | – | – | – | "
+                         f"{case.target} |")
         if case is CASES[0] and row.get("both_ratio") is not None:
             lines.append(f"| {case.name} build + check (two processes) | {case.layout} | "
                          f"{row['cells']} | – | {num(row['build'] + row['check'])} | "

@@ -176,3 +176,29 @@ def test_progress_shows_on_a_terminal_only_and_not_with_quiet(tmp_path):
     assert b"evaluating" not in _run_on_terminal("check", str(path), "--quiet")
     piped = run_cli("check", path)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_build_with_check_reports_as_check_does(tmp_path, monkeypatch):
+    """`build --check` writes the file, then prints what `check FILE` prints of it; a sheet
+    whose numbers differ from the reference fails it with exit 1 (`check`'s code)."""
+    path = tmp_path / "a.xlsx"
+    built = cli("build", "attention", "-o", path, "--seq-len", "3", "--check")
+    assert built.returncode == 0, built.stderr
+    wrote, report = built.stdout.split("\n", 1)
+    assert wrote.startswith(f"wrote {path}")
+    assert report == cli("check", path).stdout
+    assert "all " in report and " steps pass" in report
+
+    again = cli("build", "attention", "-o", path, "--check")  # refused before any check
+    assert "already exists" in one_line_error(again) and again.stdout == ""
+
+    real = workbook_builder.api.check
+
+    def one_step_off(*args, **kwargs):  # as if the sheet's numbers had gone wrong
+        report = real(*args, **kwargs)
+        report.steps[0].max_abs_error, report.steps[0].passed = 1.0, False
+        return report
+
+    monkeypatch.setattr(workbook_builder.api, "check", one_step_off)
+    failed = cli("build", "attention", "-o", tmp_path / "b.xlsx", "--check")
+    assert failed.returncode == 1 and "FAIL" in failed.stdout.upper()

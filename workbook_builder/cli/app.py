@@ -191,6 +191,9 @@ def _parser(argv: list[str] | None = None) -> Parser:
                               "hand: as cells, every matrix product set between copies "
                               "of its operands (teaching sizes)")
         sub.add_argument("--force", action="store_true", help="replace an existing file")
+        sub.add_argument("--check", action="store_true",
+                         help="then check the written file as `attnsheets check FILE` does, "
+                              "in the same process (one start instead of two)")
         add_checkpoint_flags(sub, name)
         add_edition_flags(sub)
 
@@ -262,7 +265,15 @@ def _cmd_build(args) -> int:
                     f"layout {args.layout}, {book.formula_cells} formula cells"))
     if args.example is not None:
         print(book.note)
-    return EXIT_OK
+    if not args.check:
+        return EXIT_OK
+    progress = Progress()
+    try:
+        report = api.check(args.output, "formulas", progress=progress)
+    finally:
+        progress.clear()
+    print(format_report(report))
+    return EXIT_OK if report.passed else EXIT_MISMATCH
 
 
 def _cmd_check(args) -> int:
