@@ -156,6 +156,16 @@ class Formula:
         return type(self).__name__
 
 
+def _aliases_text(aliases: Mapping[str, str]) -> str:
+    """A formula's aliases as its `describe` writes them: ", P='EXP', L='ROW_SUM'"."""
+    return "".join(f", {k}={v!r}" for k, v in aliases.items())
+
+
+def _as_cell(got: "str | Cell") -> "Cell":
+    """A cell function's result as a Cell (a plain formula text is one)."""
+    return got if isinstance(got, Cell) else Cell(got)
+
+
 def block_named(env: Env, name: str) -> Block:
     """The block `name` placed before this step, or a ValueError saying there is none."""
     try:
@@ -218,6 +228,15 @@ def vector_kind(rows: Size | None, cols: Size | None,
     return "one" if one_row and one_col else "col" if one_col else "row" if one_row else None
 
 
+def declared_vector(item: "Input | Step") -> str | None:
+    """`vector_kind` of an input or step as declared: an input's sizes, a step's formula's
+    (a `Rows` step is a column)."""
+    if isinstance(item, Input):
+        return vector_kind(item.rows, item.cols)
+    formula = item.formula
+    return vector_kind(getattr(formula, "rows", None), getattr(formula, "cols", None), formula)
+
+
 def reads_along(env: Env, block: Block) -> tuple[bool, bool]:
     """Whether `block` broadcasts along rows (one row read by every row) and along
     columns, as declared."""
@@ -269,8 +288,7 @@ class Map(Formula):
         check_broadcast(env, self._refs(env), *self.shape(env))
 
     def describe(self):
-        aliases = "".join(f", {k}={v!r}" for k, v in self.aliases.items())
-        return f"Map({self.template!r}{aliases})"
+        return f"Map({self.template!r}{_aliases_text(self.aliases)})"
 
     def labels(self, env):
         if self.labels_from is not None:
@@ -350,8 +368,7 @@ class Rows(Formula):
                                  f"declared BROADCAST rows")
 
     def describe(self):
-        aliases = "".join(f", {k}={v!r}" for k, v in self.aliases.items())
-        return f"Rows({self.template!r}{aliases})"
+        return f"Rows({self.template!r}{_aliases_text(self.aliases)})"
 
     def labels(self, env):
         rows = self.shape(env)[0]
@@ -525,8 +542,7 @@ class ByRow(Formula):
         return size_of(self.rows, env.params), size_of(self.cols, env.params)
 
     def cell(self, i, j, env):
-        got = self.row(i, env, j)
-        return got if isinstance(got, Cell) else Cell(got)
+        return _as_cell(self.row(i, env, j))
 
     def arrays(self, env):
         me = env.me
@@ -534,12 +550,8 @@ class ByRow(Formula):
             return None
         if self.whole is not None:
             return _whole_block(env, self.whole(env))
-        return [Array(i, 0, i, me.cols - 1, self._text(self.row(i, env, None)))
+        return [Array(i, 0, i, me.cols - 1, _as_cell(self.row(i, env, None)).text)
                 for i in range(me.rows)]
-
-    @staticmethod
-    def _text(got: str | Cell) -> str:
-        return got.text if isinstance(got, Cell) else got
 
 
 class Scan(ByRow):
@@ -583,8 +595,7 @@ class Reduce(Formula):
         check_slots(self._template(env.params), self.aliases, env, self_labels=False)
 
     def describe(self):
-        aliases = "".join(f", {k}={v!r}" for k, v in self.aliases.items())
-        return f"Reduce({self.template!r}{aliases})"
+        return f"Reduce({self.template!r}{_aliases_text(self.aliases)})"
 
     def cell(self, i, j, env):
         def fill(match: re.Match) -> str:
@@ -656,8 +667,7 @@ class Custom(Formula):
         return size_of(self.rows, env.params), size_of(self.cols, env.params)
 
     def cell(self, i, j, env):
-        got = self.each(i, j, env)
-        return got if isinstance(got, Cell) else Cell(got)
+        return _as_cell(self.each(i, j, env))
 
     def arrays(self, env):
         me = env.me
@@ -812,14 +822,12 @@ def checked_sections(kind: str, sections: Iterable[Section], params) -> Iterator
         for item in (item for band in sec.bands for item in band):
             if isinstance(item, Input):
                 rows, cols = size_of(item.rows, params), size_of(item.cols, params)
-                vector = vector_kind(item.rows, item.cols)
             elif isinstance(item, Step):
                 rows, cols = _checked_shape(kind, item, env)
-                vector = vector_kind(getattr(item.formula, "rows", None),
-                                     getattr(item.formula, "cols", None), item.formula)
             else:
                 continue
             env.blocks[item.name] = Block(item.name, "", 2, 2, rows, cols)  # where: unused
+            vector = declared_vector(item)
             if vector:
                 env.vectors[item.name] = vector
         yield sec

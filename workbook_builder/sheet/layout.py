@@ -49,9 +49,9 @@ from workbook_builder.sheet.declare import (
     Section,
     Series,
     Step,
+    declared_vector,
     dims,
     text_of,
-    vector_kind,
 )
 from workbook_builder.sheet.places import (  # noqa: F401 (CHART_MAX_*: kinds read them here)
     CHART_MAX_POINTS,
@@ -235,7 +235,7 @@ class SheetWriter:
         first.font, first.border, first.number_format = TEXT_FONT, CELL_BORDER, NUMBER_FORMAT
         if as_array:  # no cell objects: the values go into the file's XML as they are
             add_constant_block(ws, block.top, block.left, values, first)
-            self._name(block, row_labels, col_labels, vector_kind(item.rows, item.cols))
+            self._name(block, row_labels, col_labels, declared_vector(item))
             return block
         for i in range(rows):
             for j in range(cols):
@@ -244,7 +244,7 @@ class SheetWriter:
                 cell = ws.cell(block.top + i, block.left + j, value)
                 if i or j:
                     copy_style(first, cell)
-        self._name(block, row_labels, col_labels, vector_kind(item.rows, item.cols))
+        self._name(block, row_labels, col_labels, declared_vector(item))
         return block
 
     def _env(self) -> Env:
@@ -301,9 +301,7 @@ class SheetWriter:
                 block.whole().replace("$", ""),
                 ColorScaleRule(start_type="num", start_value=0, start_color="FFFFFF",
                                end_type="num", end_value=1, end_color="F8696B"))
-        self._name(block, row_labels, col_labels,
-                   vector_kind(getattr(step.formula, "rows", None),
-                               getattr(step.formula, "cols", None), step.formula))
+        self._name(block, row_labels, col_labels, declared_vector(step))
 
     def _shade_masked(self, block: Block, mask: Block) -> None:
         """Grey with a dash wherever the mask's cell is 0: a live rule reading the mask, so
