@@ -13,6 +13,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from xml.etree import ElementTree
 
+from workbook_builder.sheet.refs import column_number
+
 MAIN = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 CHART = "{http://schemas.openxmlformats.org/drawingml/2006/chart}"
 RELATIONSHIP_ID = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id"
@@ -40,13 +42,6 @@ _R1C1 = re.compile(r"[Rr]\d*[Cc]?\d*|[Cc]\d*", re.A)
 def utf16_length(text: str) -> int:
     """Length as Excel counts it (UTF-16 code units)."""
     return len(text.encode("utf-16-le")) // 2
-
-
-def column_number(letters: str) -> int:
-    number = 0
-    for ch in letters.upper():
-        number = number * 26 + ord(ch) - 64
-    return number
 
 
 def cell_position(ref: str) -> tuple[int, int]:
