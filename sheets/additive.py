@@ -12,7 +12,9 @@ Tokens: `--tokens "SOURCE|TARGET"`, as for cross-attention.
 from dataclasses import dataclass, field
 
 from reference.additive import additive_ref
-from sheets._bands import TwoSequenceKind, softmax_steps, weighted_values
+from sheets._blocks.attention import weighted_values
+from sheets._blocks.labels import TwoSequenceKind
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.sheet import ByRow, Input, Map, MatMul, Step, row_or_cell, rows_of, section
 
 
@@ -55,7 +57,7 @@ def projection(name: str, equation: str, side: str, states: str, weights: str, b
         return Step(name, equation, MatMul(states, weights), explanation)
     b = "B_" + weights[0]
 
-    def row(i: int, env, j: int | None) -> str:  # column j, or the whole row (j None)
+    def row(i: int, j: int | None, env) -> str:  # column j, or the whole row (j None)
         w, bias = env[weights], env[b]
         if j is None:
             return f"=MMULT({env[states].row(i)},{w.whole()})+{bias.whole()}"
@@ -66,7 +68,7 @@ def projection(name: str, equation: str, side: str, states: str, weights: str, b
 
 
 # PRE row i·n + j pairs decoder step i with source token j
-def pre_pair(r: int, env, c: int | None) -> str:
+def pre_pair(r: int, c: int | None, env) -> str:
     n = env.params.src_len
     return f"={row_or_cell(env['WS'], r // n, c)}+{row_or_cell(env['UH'], r % n, c)}"
 
@@ -75,7 +77,7 @@ def plus_v(env) -> str:
     return f"+{env['B_V'].fixed(0, 0)}" if env.params.bias else ""
 
 
-def score(i: int, env, j: int | None) -> str:
+def score(i: int, j: int | None, env) -> str:
     """e_ij = HIDDEN(i,j)·v (+ b_v); the whole row i (j None): the n rows of HIDDEN for
     decoder step i, times v."""
     n = env.params.src_len

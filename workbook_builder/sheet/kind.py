@@ -280,4 +280,22 @@ def complete_inputs(kind: type[Kind], params, given: Mapping[str, np.ndarray],
             inputs[name] = value
         else:
             inputs[name] = kind.random_input(name, shape, params, seeded_rng(seed, name))
+    check_input_rules(kind, params, inputs)
     return inputs
+
+
+def check_input_rules(kind: type[Kind], params, inputs: Mapping[str, np.ndarray],
+                      where: Callable[[str, int, int], str] | None = None) -> None:
+    """Every input declared with a rule (`Input.values`) follows it, or a UserError names
+    the input, the entry (`where(name, i, j)`, e.g. a file's cell; else its row, and
+    column) and the rule."""
+    for item in kind.inputs:
+        if item.name not in inputs or (refused := item.refused(inputs[item.name], params)) \
+                is None:
+            continue
+        i, j, why = refused
+        value = inputs[item.name][i][j]
+        at = where(item.name, i, j) if where is not None else \
+            f"input {item.name} row {i + 1}" + (f", column {j + 1}"
+                                                if np.shape(inputs[item.name])[1] > 1 else "")
+        raise UserError(f"{at} holds {value:g}: {why}")
