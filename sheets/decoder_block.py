@@ -14,18 +14,12 @@ blocks _L1, _L2, … whose formulas read their own layer's blocks (`scoped_secti
 """
 
 from reference.decoder_block import decoder_block_ref
+from sheets._blocks import layers
 from sheets._blocks.attention import X
-from sheets._blocks.layers import (
-    Gpt2BlockParams,
-    check_gpt2_sizes,
-    gamma_near_one,
-    gpt2_block_inputs,
-    gpt2_block_sections,
-)
 from workbook_builder.sheet import Kind, section
 
-DecoderBlockParams = Gpt2BlockParams
-WEIGHTS = gpt2_block_inputs()
+DecoderBlockParams = layers.Gpt2BlockParams
+WEIGHTS = layers.gpt2_block_inputs()
 
 
 class DecoderBlock(Kind):
@@ -46,16 +40,16 @@ class DecoderBlock(Kind):
     @classmethod
     def random_input(cls, name, shape, params, rng):
         if "_GAMMA" in name:
-            return gamma_near_one(shape, rng)
+            return layers.gamma_near_one(shape, rng)
         return super().random_input(name, shape, params, rng)
 
     @classmethod
     def validate(cls, p):
         super().validate(p)
-        check_gpt2_sizes(p)
+        layers.check_gpt2_sizes(p)
 
     @classmethod
     def sections(cls, p):
         return [section("Step 1 — input X (pre-LN, as GPT-2: X + attention(LN1(X)), then "
                         "+ MLP(LN2(·)); {heads} heads of d_k = {d_k})", X),
-                *gpt2_block_sections(p, WEIGHTS, divisor=p.divisor(p.layer_number))]
+                *layers.gpt2_block_sections(p, WEIGHTS, divisor=p.divisor(p.layer_number))]

@@ -101,8 +101,6 @@ class Gpt(Kind):
 
     @classmethod
     def random_input(cls, name, shape, params, rng):
-        if name == "TOKEN_IDS":
-            return rng.integers(0, params.vocab, size=shape).astype(float)
         if "_GAMMA" in name:
             return gamma_near_one(shape, rng)
         return super().random_input(name, shape, params, rng)

@@ -14,18 +14,10 @@ attention_bias (--qkv-bias --o-bias) and mlp_bias (--mlp-bias), each + B on its 
 from dataclasses import dataclass, field
 
 from reference.llama_block import llama_block_ref
+from sheets._blocks import heads
 from sheets._blocks.attention import CAUSAL_MASK, bias_of
 from sheets._blocks.ffn import silu
-from sheets._blocks.heads import (
-    W_K,
-    W_O,
-    W_Q,
-    W_V,
-    GroupedHeads,
-    GroupedHeadsKind,
-    concat_heads,
-    head_steps,
-)
+from sheets._blocks.heads import GroupedHeads, GroupedHeadsKind, concat_heads, head_steps
 from sheets._blocks.labels import position_label_sets
 from sheets._blocks.layers import gamma_near_one, residual
 from sheets._blocks.norms import rms_norm
@@ -51,6 +43,8 @@ class LlamaBlockParams(GroupedHeads):
         "help": "bias rows B_GATE, B_UP, B_DOWN (LLaMA's mlp_bias)"})
 
 
+# the projection weights with the heads side by side, as multi-head attention's
+W_Q, W_K, W_V, W_O = heads.W_Q, heads.W_K, heads.W_V, heads.W_O
 X = Input("X", "seq_len", "d_model", "hidden states entering the layer",
           note="One row per token; row p sits at position p (from 0).")
 RMS_WEIGHTS = {n: Input(f"RMS{n}_WEIGHT", BROADCAST, "d_model", "RMSNorm weight w", ["w"], "d")

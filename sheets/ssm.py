@@ -18,16 +18,9 @@ The work grows linearly in L (about 3·L·D·N cells), where attention's scores 
 from dataclasses import dataclass, field
 
 from reference.ssm import ssm_ref
+from sheets._blocks import recurrence
 from sheets._blocks.costs import Cost, cost_section
 from sheets._blocks.ffn import silu
-from sheets._blocks.recurrence import (
-    A_STEP,
-    SOFTPLUS,
-    discretised,
-    read_out,
-    scan_input,
-    scan_step,
-)
 from workbook_builder.sheet import (
     Chart,
     Example,
@@ -80,14 +73,14 @@ SELECTION = [
     # Δ_pre = U·W_Δ + b_Δ   (the 1×D bias row is added to every row)
     Step("DELTA_PRE", "U·W_Δ + b_Δ", MatMul("U", "W_DELTA", plus="DELTA_BIAS"),
          "The step size before softplus."),
-    SOFTPLUS,
+    recurrence.SOFTPLUS,
     Step("B_SEL", "B_t = u_t·W_B", MatMul("U", "W_B"), "Input matrix B for each time step."),
     Step("C_SEL", "C_t = u_t·W_C", MatMul("U", "W_C"), "Read-out matrix C for each time step."),
-    A_STEP,
+    recurrence.A_STEP,
 ]
 
 
-H, Y = scan_step(), read_out()
+H, Y = recurrence.scan_step(), recurrence.read_out()
 GATE = [
     # silu(z) = z·σ(z) = z·(1 + tanh(z/2))/2, which never overflows
     silu("SILU_Z", "Z", "z", "tanh"),
@@ -137,7 +130,7 @@ class Ssm(Kind):
 
     @classmethod
     def random_input(cls, name, shape, p, rng):
-        drawn = scan_input(name, shape, rng)  # A_LOG, DELTA_BIAS and D as Mamba draws them
+        drawn = recurrence.scan_input(name, shape, rng)  # A_LOG, DELTA_BIAS and D, as Mamba
         return super().random_input(name, shape, p, rng) if drawn is None else drawn
 
     @classmethod
@@ -151,7 +144,7 @@ class Ssm(Kind):
                     "what makes S6 \"selective\")", SELECTION),
             section("Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; "
                     "B̄ = Δ·B is Euler (not the paper's ZOH B̄), as mamba's "
-                    "selective_scan_ref does", discretised(p.d_state)),
+                    "selective_scan_ref does", recurrence.discretised(p.d_state)),
             section("Step 4 — the scan: each row reads the row above it (h_0 = 0)",
                     [H, state_chart(p)]),
             section("Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t", [Y, *GATE] if p.gate else Y),

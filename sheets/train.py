@@ -367,8 +367,6 @@ class Train(Kind):
 
     @classmethod
     def random_input(cls, name, shape, p, rng):
-        if name == "TOKEN_IDS":
-            return rng.integers(0, p.vocab, size=shape).astype(float)
         if name == "LOOK_AT":  # causal: position i can only see 1 … i
             highs = np.arange(1, p.seq_len + 1) if p.causal else np.full(p.seq_len, p.seq_len)
             return np.array([[rng.integers(1, high + 1)] for high in highs], dtype=float)

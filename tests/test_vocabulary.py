@@ -16,23 +16,20 @@ from workbook_builder.checking.check import check_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     BROADCAST,
-    Input,
-    Kind,
     Map,
     MatMul,
     MaxAbsDiff,
     Reduce,
     Rows,
-    Scan,
     Step,
     WholeNumbers,
     declare,
     row_or_cell,
     section,
 )
-from workbook_builder.sheet.declare import check_sections
+from workbook_builder.sheet.declare import Input, Scan, check_sections
 from workbook_builder.sheet.hand_layout import sheet_writer
-from workbook_builder.sheet.kind import KINDS, complete_inputs, make_params
+from workbook_builder.sheet.kind import KINDS, Kind, complete_inputs, make_params
 from workbook_builder.sheet.registry import load_kinds
 
 

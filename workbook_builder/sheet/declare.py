@@ -560,8 +560,15 @@ def row_or_cell(block: Block, i: int, j: int | None) -> str:
 RowFn = Callable[[int, int | None, Env], str | Cell]
 
 
+class _Sized(Formula):
+    """A formula whose block has the size it declares (`rows` × `cols`)."""
+
+    def shape(self, env):
+        return size_of(self.rows, env.params), size_of(self.cols, env.params)
+
+
 @dataclass(frozen=True)
-class ByRow(Formula):
+class ByRow(_Sized):
     """A block written row by row from one function `row(i, j, env)`: the formula of row
     i for its column j (each cell in `cells` and `hand`) or, with j None, for the whole
     row at once (one array formula per row in `blocks`). `whole(env)` writes the block
@@ -575,9 +582,6 @@ class ByRow(Formula):
     row: RowFn
     whole: Callable[[Env], str] | None = None
     per_cell: bool = False
-
-    def shape(self, env):
-        return size_of(self.rows, env.params), size_of(self.cols, env.params)
 
     def cell(self, i, j, env):
         return _as_cell(self.row(i, j, env))
@@ -752,7 +756,7 @@ CellFn = Callable[[int, int, Env], str | Cell]
 
 
 @dataclass(frozen=True)
-class Custom(Formula):
+class Custom(_Sized):
     """The escape hatch where no other item says it (a reshape, a one-hot by column, a
     table of numbers; a row formula is `ByRow`, a recurrence `Scan`, a check cell
     `Reduce` or `MaxAbsDiff`): `each(i, j, env)` writes cell (i, j); in `blocks`, `whole(env)`
@@ -764,9 +768,6 @@ class Custom(Formula):
     each: CellFn
     whole: Callable[[Env], str] | None = None
     per_slice: tuple[int, Callable[[int, Env], str]] | None = None
-
-    def shape(self, env):
-        return size_of(self.rows, env.params), size_of(self.cols, env.params)
 
     def cell(self, i, j, env):
         return _as_cell(self.each(i, j, env))
@@ -808,6 +809,12 @@ class WholeNumbers:
                 if not (float(value).is_integer() and first <= value <= last):
                     return i, j, f"{self.what} is a whole number {first} … {last}"
         return None
+
+    def draw(self, shape: tuple[int, int], params, rng):
+        """Entries drawn uniformly from the rule's range (the seed's numbers for an input
+        not given by hand)."""
+        first, stop = size_of(self.first, params), size_of(self.stop, params)
+        return rng.integers(first, stop, size=shape).astype(float)
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,11 @@ class Kind:
     @classmethod
     def random_input(cls, name: str, shape: tuple[int, int], params,
                      rng: "np.random.Generator") -> np.ndarray:
-        """A small random input, rounded to 2 decimals so the sheet is easy to read."""
+        """A small random input, rounded to 2 decimals so the sheet is easy to read; an
+        input declared with a rule (`Input.values`) drawn from what the rule allows."""
+        rule = next((item.values for item in cls.inputs if item.name == name), None)
+        if rule is not None:
+            return rule.draw(shape, params, rng)
         return np.round(rng.uniform(-1.0, 1.0, size=shape), 2)
 
     @classmethod
