@@ -7,6 +7,7 @@ never from another kind's module (tests/test_structure.py holds that).
                 mask, A·V, the weights chart
     heads       heads as column slices: grouped-head sizes and weights, one head's steps,
                 the concatenation and W_O
+    additive    Bahdanau's score: both sides projected, tanh of every pair, times v
     softmax     the row softmax in four visible steps (max, exp, sum, divide): over every
                 row, with a causal mask, or over the last row only
     norms       LayerNorm and RMSNorm
