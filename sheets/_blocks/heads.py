@@ -9,7 +9,7 @@ g = ⌊h·G/H⌋ (PyTorch's `enable_gqa`):
 
 from dataclasses import dataclass, field
 
-from sheets._blocks.attention import X, bias_of, scaled_scores
+from sheets._blocks.attention import bias_of, scaled_scores
 from sheets._blocks.softmax import softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Input, Kind, MatMul, Step
@@ -79,7 +79,6 @@ W_O = Input("W_O", lambda p: p.heads * p.d_k, "d_model", "output weights",
 B_Q, B_K, B_V = (bias_of(W_Q, "query bias"), bias_of(W_K, "key bias"),
                  bias_of(W_V, "value bias"))
 B_O = bias_of(W_O, "output bias")
-GROUPED_INPUTS = [X, W_Q, W_K, W_V]
 
 
 def head_steps(h: int, g: int, d_k: int, mask: str | None, q: str = "Q", k: str = "K",

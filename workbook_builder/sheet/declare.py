@@ -488,9 +488,8 @@ class MatMul(Formula):
     def describe(self):
         given = (("a_cols", self.a_cols), ("b_cols", self.b_cols), ("plus", self.plus),
                  ("transpose", self.transpose))
-        return f"MatMul({self.a}, {self.b}" + "".join(f", {k}={v!r}" if isinstance(v, str)
-                                                      else f", {k}={v}"
-                                                      for k, v in given if v) + ")"
+        return f"MatMul({self.a}, {self.b}" + "".join(f", {k}={v!r}" for k, v in given if v) \
+            + ")"
 
     def shape(self, env):
         a, b, (a0, a1), (b0, b1) = self._slices(env)

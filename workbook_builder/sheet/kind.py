@@ -294,12 +294,12 @@ def check_input_rules(kind: type[Kind], params, inputs: Mapping[str, np.ndarray]
     the input, the entry (`where(name, i, j)`, e.g. a file's cell; else its row, and
     column) and the rule."""
     for item in kind.inputs:
-        if item.name not in inputs or (refused := item.refused(inputs[item.name], params)) \
-                is None:
+        refused = item.refused(inputs[item.name], params) if item.name in inputs else None
+        if refused is None:
             continue
         i, j, why = refused
-        value = inputs[item.name][i][j]
+        block = np.asarray(inputs[item.name])
+        column = f", column {j + 1}" if block.shape[1] > 1 else ""
         at = where(item.name, i, j) if where is not None else \
-            f"input {item.name} row {i + 1}" + (f", column {j + 1}"
-                                                if np.shape(inputs[item.name])[1] > 1 else "")
-        raise UserError(f"{at} holds {value:g}: {why}")
+            f"input {item.name} row {i + 1}{column}"
+        raise UserError(f"{at} holds {block[i, j]:g}: {why}")
