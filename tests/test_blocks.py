@@ -1,7 +1,7 @@
-"""The shared blocks serve a kind that is not written yet: two encoder layers without biases,
-stacked with `scoped_sections` (names _L1, _L2, layer 2 reading layer 1's OUTPUT), build and
-check in every layout against encoder-block's reference applied layer by layer with zero
-biases."""
+"""The shared blocks serve kinds that are not written yet: two encoder layers without
+biases, stacked with `scoped_sections` (names _L1, _L2, layer 2 reading layer 1's OUTPUT),
+build and check in every layout against encoder-block's reference applied layer by layer
+with zero biases; a second attention in a layer takes a name prefix."""
 
 from dataclasses import dataclass
 
@@ -11,9 +11,11 @@ from conftest import build
 
 from reference.encoder_block import encoder_block_ref
 from sheets._blocks.attention import X
+from sheets._blocks.heads import concat_heads, head_steps
 from sheets._blocks.layers import encoder_layer_inputs, encoder_layer_sections, scoped_sections
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.sheet import Kind
+from workbook_builder.sheet import Input, Kind, section
+from workbook_builder.sheet.declare import block_shapes
 from workbook_builder.sheet.kind import KINDS
 
 
@@ -89,3 +91,18 @@ def test_two_stacked_encoder_layers_build_and_check(tmp_path, stack_kind, layout
     assert "SCORES_H2_L2" in names and "B_Q_L1" not in names
     equations = [s.equation for s in stack_kind.steps(StackParams())]
     assert "Q = h·W_Q" in equations and "CONCAT·W_O" in equations  # no "+ B" without biases
+
+
+def test_a_second_attention_in_one_layer_takes_a_prefix():
+    """A decoder layer's cross-attention beside its self-attention: every step of a head
+    and the concatenation named CROSS_…, reading queries of one block and keys and values
+    of another (the encoder's), checked as declared."""
+    inputs = [Input("Q", "seq_len", "d_model", "q"), Input("MEM_K", 5, "d_model", "k"),
+              Input("MEM_V", 5, "d_model", "v")]
+    steps = [step for h in (0, 1)
+             for step in head_steps(h, h, 2, None, k="MEM_K", v="MEM_V", prefix="CROSS_")]
+    shapes = block_shapes([section("in", inputs), section("cross", steps),
+                           section("mix", concat_heads(2, 2, prefix="CROSS_"))], StackParams())
+    assert shapes["CROSS_SCORES_H2"] == (3, 5) and shapes["CROSS_WEIGHTS_H1"] == (3, 5)
+    assert shapes["CROSS_CONCAT"] == (3, 4)
+    assert not any(name.startswith(("SCORES", "WEIGHTS", "HEAD")) for name in shapes)
