@@ -26,8 +26,10 @@ def softmax_band(source: str, names: Sequence[str], equations: Sequence[str],
     causal `mask` (a 0/1 block, 1 where key j ≤ query i) ends each row's max at the
     diagonal and zeroes the masked exponentials (shown grey as –). `last_row`, the width
     of `source`: the softmax of its last row only, one row of that width (its max and sum
-    one cell each). `corner` and `col_labels` are those of the exponentials and the result;
-    `row_labels` those of all four."""
+    one cell each; no mask). `corner` and `col_labels` are those of the exponentials and
+    the result; `row_labels` those of all four."""
+    if mask and last_row is not None:
+        raise ValueError("the last row's softmax takes no mask: that row sees every key")
     row_max, exp, row_sum, out = names
     if last_row is None:
         # m_i = max_{j allowed} z_ij;  p = exp(z − m), 0 where masked;  ℓ_i = Σ_j p_ij
