@@ -21,6 +21,7 @@ from sheets._blocks.attention import (
     bias_of,
     weights_chart,
 )
+from sheets._blocks.labels import positions_from_1
 from sheets._examples import hand_qkv, sentence_qkv, wo_ai_ai
 from workbook_builder.sheet import Kind, Map, MatMul, Rows, Step, section
 
@@ -36,17 +37,13 @@ def projection(name: str, bias: bool, explanation: str) -> Step:
                 MatMul("X", f"W_{name}", plus=plus), explanation)
 
 
-def positions(p) -> list[int]:
-    return list(range(1, p.seq_len + 1))
-
-
 # M_ij = 1 where key j ≤ query i (PyTorch `is_causal`): the labels are the positions the
 # formula compares
 MASK = Step("MASK", "1 if key j ≤ query i else 0",
             Map("=IF({COL_LABEL}<={ROW_LABEL},1,0)", rows="seq_len", cols="seq_len"),
             "Causal mask: a token may attend only to itself and earlier tokens. Masked "
             "entries are left out of the row max and sum below, so no −∞ is needed.",
-            row_labels=positions, col_labels=positions, corner=QUERY_KEY)
+            row_labels=positions_from_1, col_labels=positions_from_1, corner=QUERY_KEY)
 
 
 def softmax(causal: bool) -> list:
