@@ -637,9 +637,11 @@ class _ReadsOfOwnRows:
 class Scan(ByRow):
     """A recurrence down the rows, e.g. h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: `row(t, j, env)`
     reads rows of other blocks and this block's rows above t (`env.me`, through
-    `row_or_cell`), and nothing else of it: the declaration check renders every row (and
-    every cell of the first two rows and the last) and refuses a row t that reads a row t
-    or below of its own block, which would be a reference cycle. One rendering for every
+    `row_or_cell`), and nothing else of it: the declaration check renders the first three
+    rows and the last two, whole and at their first two columns and last, and refuses a
+    row t that reads a row t or below of its own block, which would be a reference cycle
+    (a sample, so the check costs the same at any size: a sheet too large is refused by
+    the size plan, not by rendering it). One rendering for every
     layout: a cell formula per cell in `cells` and `hand`; in `blocks` one array formula
     per row, since a formula over the whole block cannot read its own earlier rows."""
 
@@ -650,9 +652,9 @@ class Scan(ByRow):
         rows, cols = self.shape(env)
         me = _ReadsOfOwnRows(Block("", "", 2, 2, rows, cols))
         probe = dataclasses.replace(env, me=me)
-        for t in range(rows):
-            sampled = range(cols) if t < 2 or t == rows - 1 else ()
-            for j in (None, *sampled):
+        sampled_cols = sorted({0, 1, cols - 1} & set(range(cols)))
+        for t in sorted({0, 1, 2, rows - 2, rows - 1} & set(range(rows))):
+            for j in (None, *sampled_cols):
                 me.rows.clear()
                 self.row(t, j, probe)
                 if me.rows and max(me.rows) >= t:
