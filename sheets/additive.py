@@ -12,8 +12,11 @@ Tokens: `--tokens "SOURCE|TARGET"`, as for cross-attention.
 from dataclasses import dataclass, field
 
 from reference.additive import additive_ref
-from sheets._bands import TwoSequenceKind, softmax_steps, weighted_values
-from workbook_builder.sheet import ByRow, Input, Map, MatMul, Step, row_or_cell, rows_of, section
+from sheets._blocks.additive import additive_scores, alignment_pairs, side_projection
+from sheets._blocks.attention import weighted_values
+from sheets._blocks.labels import TwoSequenceKind
+from sheets._blocks.softmax import softmax_steps
+from workbook_builder.sheet import Input, section
 
 
 @dataclass(frozen=True)
@@ -47,44 +50,6 @@ BIASES = [
 ]
 
 
-def projection(name: str, equation: str, side: str, states: str, weights: str, bias: bool,
-               explanation: str) -> Step:
-    """states·weights for one side ("src" or "tgt"); with the bias row B_W or B_U added,
-    one array formula per row."""
-    if not bias:
-        return Step(name, equation, MatMul(states, weights), explanation)
-    b = "B_" + weights[0]
-
-    def row(i: int, env, j: int | None) -> str:  # column j, or the whole row (j None)
-        w, bias = env[weights], env[b]
-        if j is None:
-            return f"=MMULT({env[states].row(i)},{w.whole()})+{bias.whole()}"
-        return f"=MMULT({env[states].row(i)},{w.col(j)})+{bias.cell(0, j)}"
-
-    return Step(name, f"{equation} + b_{weights[0]}", ByRow(f"{side}_len", "d_att", row),
-                explanation, row_labels=side, col_labels="a")
-
-
-# PRE row i·n + j pairs decoder step i with source token j
-def pre_pair(r: int, env, c: int | None) -> str:
-    n = env.params.src_len
-    return f"={row_or_cell(env['WS'], r // n, c)}+{row_or_cell(env['UH'], r % n, c)}"
-
-
-def plus_v(env) -> str:
-    return f"+{env['B_V'].fixed(0, 0)}" if env.params.bias else ""
-
-
-def score(i: int, env, j: int | None) -> str:
-    """e_ij = HIDDEN(i,j)·v (+ b_v); the whole row i (j None): the n rows of HIDDEN for
-    decoder step i, times v."""
-    n = env.params.src_len
-    if j is None:
-        return (f"=TRANSPOSE(MMULT({rows_of(env['HIDDEN'], i * n, i * n + n - 1)},"
-                f"{env['V_A'].whole()})){plus_v(env)}")
-    return f"=MMULT({env['HIDDEN'].row(i * n + j)},{env['V_A'].col(0)}){plus_v(env)}"
-
-
 class Additive(TwoSequenceKind):
     name = "additive"
     summary = "Bahdanau additive attention: score vᵀ·tanh(W·s + U·h_j), softmax, context"
@@ -111,29 +76,27 @@ class Additive(TwoSequenceKind):
     @classmethod
     def sections(cls, p):
         pre = "W·s_i+b_W + U·h_j+b_U" if p.bias else "W·s_i + U·h_j"
+
+        def bias(name: str) -> str | None:
+            return name if p.bias else None
+
         return [
             section("Step 1 — inputs: encoder states h_j, decoder states s_i, the weights",
                     MAIN_INPUTS, *([BIASES] if p.bias else [])),
             # WS = S·W (+ b_W)   UH = H·U (+ b_U)
             section("Step 2 — project both sides into the attention space", [
-                projection("WS", "W·s_i", "tgt", "DEC_S", "W_A", p.bias,
-                           "Decoder side of the score, once per decoder step."),
-                projection("UH", "U·h_j", "src", "ENC_H", "U_A", p.bias,
-                           "Encoder side of the score; it does not depend on the decoder "
-                           "step, so it is computed once.")]),
+                side_projection("WS", "W·s_i", "DEC_S", "W_A", bias("B_W"), "tgt_len", "tgt",
+                                "Decoder side of the score, once per decoder step."),
+                side_projection("UH", "U·h_j", "ENC_H", "U_A", bias("B_U"), "src_len", "src",
+                                "Encoder side of the score; it does not depend on the "
+                                "decoder step, so it is computed once.")]),
             # PRE(i,j) = WS_i + UH_j   HIDDEN = tanh(PRE)
-            section("Step 3 — every (decoder step, source token) pair through tanh", [
-                Step("PRE", pre, ByRow(lambda q: q.tgt_len * q.src_len, "d_att", pre_pair),
-                     "Row 'y→x': decoder step y's projection plus source token x's.",
-                     row_labels="pairs", col_labels="a", corner="s_i→h_j"),
-                Step("HIDDEN", "tanh(PRE)", Map("=TANH({P})", P="PRE"),
-                     "The one hidden layer of the alignment model.", corner="s_i→h_j")]),
+            section("Step 3 — every (decoder step, source token) pair through tanh",
+                    alignment_pairs(pre, "tgt_len", "src_len")),
             # e_ij = vᵀ·HIDDEN(i,j) (+ b_v), softmax over j
             section("Step 4 — scores e_ij = vᵀ·tanh(…), softmax over the source positions", [
-                Step("SCORES", "e_ij = vᵀ·tanh(W·s_i + U·h_j)" + (" + b_v" if p.bias else ""),
-                     ByRow("tgt_len", "src_len", score),
-                     "Alignment score of decoder step i with source token j.",
-                     row_labels="tgt", col_labels="src", corner="s_i\\h_j"),
+                additive_scores("e_ij = vᵀ·tanh(W·s_i + U·h_j)" + (" + b_v" if p.bias else ""),
+                                "tgt_len", "src_len", b_v=bias("B_V")),
                 *softmax_steps("SCORES", over="source tokens", of="e",
                                 corner="target\\source", chart=True)]),
             # c_i = Σ_j α_ij h_j

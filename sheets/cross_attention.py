@@ -11,15 +11,15 @@ Tokens: `--tokens "SOURCE|TARGET"`, each side comma-separated, e.g. "我,爱,AI|
 from dataclasses import dataclass, field, replace
 
 from reference.cross_attention import cross_attention_ref
-from sheets._bands import (
+from sheets._blocks.attention import (
     QKV_WEIGHTS,
-    TwoSequenceKind,
     ValueWidth,
     projections,
     scaled_scores,
-    softmax_steps,
     weighted_values,
 )
+from sheets._blocks.labels import TwoSequenceKind
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.sheet import Input, Step, section
 
 

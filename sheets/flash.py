@@ -16,18 +16,17 @@ same Q, K, V and a live max |flash − standard|.
 from dataclasses import dataclass, field
 
 from reference.flash import flash_ref
-from sheets._bands import (
+from sheets._blocks.attention import (
     CAUSAL_MASK,
     QKV_INPUTS,
-    Cost,
-    cost_section,
-    positions_from_1,
+    AttentionParams,
     projections,
     scaled_scores,
-    softmax_steps,
 )
+from sheets._blocks.costs import Cost, cost_section
+from sheets._blocks.labels import positions_from_1
+from sheets._blocks.softmax import softmax_steps
 from sheets._examples import hand_qkv, sentence_qkv, wo_ai_ai
-from sheets.attention import AttentionParams
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     BROADCAST,
@@ -81,7 +80,7 @@ def scores(p, j, c0, c1, skip) -> Step:
     def product(queries: str, env) -> str:  # queries (a row or all) times this block's keys
         return f"=MMULT({queries},TRANSPOSE({rows_of(env['K'], c0, c1 - 1)})){scale}"
 
-    def row(r, env, c):  # key c of query r, or all of query r's keys (c None)
+    def row(r, c, env):  # key c of query r, or all of query r's keys (c None)
         if r in skip:
             return "=0"
         if c is None:
@@ -98,7 +97,7 @@ def scores(p, j, c0, c1, skip) -> Step:
 
 def running_max(p, j, c0, c1, skip) -> Step:
     """m_j = max(m_{j−1}, rowmax S_j) over the keys that take part (causal: up to r)."""
-    def each(r, env, _):
+    def each(r, _, env):
         if r in skip:
             return f"={env[f'M_B{j - 1}'].row(r)}"
         row = env[f"S_B{j}"].row(r, 0, (min(r, c1 - 1) if p.causal else c1 - 1) - c0)
@@ -129,7 +128,7 @@ def probabilities(p, j, c0, c1, skip) -> Step:
 
 def running_sum(j, skip) -> Step:
     """ℓ_j = α_j·ℓ_{j−1} + rowsum P_j."""
-    def each(r, env, _):
+    def each(r, _, env):
         total = f"SUM({env[f'P_B{j}'].row(r)})"
         if j == 1:
             return f"={total}"
@@ -146,7 +145,7 @@ def accumulate(j, c0, c1, skip) -> Step:
     """Õ_j = α_j·Õ_{j−1} + P_j·V_j   (unnormalised: FlashAttention-2)."""
     p_j, alpha, prev = f"P_B{j}", f"ALPHA_B{j}", f"ACC_B{j - 1}"
 
-    def each(r, env, c):  # column c of row r, or the whole row (c None)
+    def each(r, c, env):  # column c of row r, or the whole row (c None)
         values = rows_of(env["V"], c0, c1 - 1) if c is None else env["V"].col(c, c0, c1 - 1)
         dot = f"MMULT({env[p_j].row(r)},{values})"
         if j == 1:

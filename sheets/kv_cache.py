@@ -15,17 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from reference.kv_cache import kv_cache_ref
-from sheets._bands import (
-    CAUSAL_MASK,
+from sheets._blocks.attention import CAUSAL_MASK, X, projections
+from sheets._blocks.heads import (
+    B_K,
+    B_Q,
+    B_V,
+    W_K,
+    W_Q,
+    W_V,
     GroupedHeads,
     GroupedHeadsKind,
-    X,
     concat_heads,
     head_steps,
-    projections,
-    softmax_steps,
 )
-from sheets.multihead import B_K, B_Q, B_V, W_K, W_Q, W_V
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.sheet import ByRow, Custom, Map, Reduce, Step, section
 from workbook_builder.sheet.declare import Table
 
@@ -54,12 +57,12 @@ def _new_row(weight: str, bias: bool, t: int, j: int, env) -> str:
 def query_row(t: int) -> ByRow:
     """q_t = x_t·W_Q (+ B_Q): the one new query of step t."""
     return ByRow(1, lambda p: p.heads * p.d_k,
-                 lambda _, env, j: _new_row("W_Q", env.params.bias, t, j, env), per_cell=True)
+                 lambda _, j, env: _new_row("W_Q", env.params.bias, t, j, env), per_cell=True)
 
 
 def cache_block(which: str, t: int) -> ByRow:
     """K_CACHE_t (or V_CACHE_t): the rows of step t − 1 carried over, then x_t·W (+ B)."""
-    def each(i, env, j):
+    def each(i, j, env):
         if i < t:
             return f"={env[f'{which}_CACHE_T{t}'].cell(i, j)}"
         return _new_row(f"W_{which}", env.params.bias, t, j, env)
@@ -81,7 +84,7 @@ def step_scores(t: int) -> Custom:
 
 def step_attention(t: int) -> ByRow:
     """ATTN_t[h] = A_t[h]·V_CACHE_t[:, g]: each head's weighted sum of the cached values."""
-    def each(h, env, c):
+    def each(h, c, env):
         g = h * env.params.groups // env.params.heads
         weights, values = env[f"WEIGHTS_T{t + 1}"], env[f"V_CACHE_T{t + 1}"]
         return f"=MMULT({weights.row(h)},{values.col(g * env.params.d_k + c)})"

@@ -17,18 +17,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from reference.linear import linear_ref
-from sheets._bands import (
+from sheets._blocks.attention import (
     CAUSAL_MASK,
     D_V,
     QKV_INPUTS,
-    Cost,
-    cost_section,
+    AttentionParams,
     projections,
     scaled_scores,
-    softmax_steps,
     weighted_values,
 )
-from sheets.attention import AttentionParams
+from sheets._blocks.costs import Cost, cost_section
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     BROADCAST,
@@ -39,7 +38,6 @@ from workbook_builder.sheet import (
     Kind,
     Map,
     MatMul,
-    MatTMul,
     MaxAbsDiff,
     Rows,
     Scan,
@@ -164,7 +162,7 @@ def denominator(equation: str, explanation: str) -> Step:
 def non_causal_steps(p) -> list[Step]:
     return [
         # KV_ab = Σ_j φ(K)_ja · V_jb
-        Step("KV", "KV = φ(K)ᵀ·V", MatTMul("PHI_K", "V"),
+        Step("KV", "KV = φ(K)ᵀ·V", MatMul("PHI_K", "V", transpose="a"),
             "Every key's feature vector times its value, summed over tokens.",
             row_labels=feature_labels(p), col_labels="v"),
         # z_a = Σ_j φ(K)_ja
@@ -180,24 +178,24 @@ def non_causal_steps(p) -> list[Step]:
 # -- causal: recurrences down the rows; STATE row i·w + a holds row a of S_i (w = d_k or m) -
 def running_sum(rows, cols, lag, term) -> Scan:
     """Row r = row r − lag(p) of this block + term(r) (the first lag rows: the term alone).
-    term(r, env, j) is one cell of the term, term(r, env) its whole row."""
-    def formula(r, env, j):
+    term(r, j, env) is one cell of the term (j None: its whole row)."""
+    def formula(r, j, env):
         back = r - lag(env.params)
         if back < 0:
-            return f"={term(r, env, j)}"
-        return f"={row_or_cell(env.me, back, j)}+{term(r, env, j)}"
+            return f"={term(r, j, env)}"
+        return f"={row_or_cell(env.me, back, j)}+{term(r, j, env)}"
 
     return Scan(rows, cols, formula)
 
 
-def outer(r: int, env, b: int | None = None) -> str:
+def outer(r: int, b: int | None, env) -> str:
     """φ(K_i)_a · V_i (column b), for STATE row r = i·w + a."""
     i, a = divmod(r, env.params.feature_width)
     v = env["V"]
     return f"{env['PHI_K'].cell(i, a)}*{v.row(i) if b is None else v.cell(i, b)}"
 
 
-def phi_k(i: int, env, a: int | None = None) -> str:
+def phi_k(i: int, a: int | None, env) -> str:
     """φ(K_i) (column a)."""
     return env["PHI_K"].row(i) if a is None else env["PHI_K"].cell(i, a)
 
@@ -228,7 +226,7 @@ def causal_steps(p) -> list[Step]:
         # NUMER_i = φ(Q_i)·S_i
         Step("NUMER", "φ(Q_i)·S_i", ByRow(
             "seq_len", D_V,
-            lambda i, env, b: f"=MMULT({env['PHI_Q'].row(i)},{state_of(env, i, b or 0, b)})"),
+            lambda i, b, env: f"=MMULT({env['PHI_Q'].row(i)},{state_of(env, i, b or 0, b)})"),
             "Query i reads the memory as it stood after token i.", row_labels="tokens",
             col_labels="v"),
         denominator("φ(Q_i)·z_i", "Sum of the (unnormalised) weights of keys j ≤ i, plus eps."),
@@ -264,7 +262,7 @@ def fewer_features(p, count: int) -> Step:
             return state_of(env, i, b or 0, b, rows=count)
         return rows_of(env["KV"], 0, last) if b is None else env["KV"].col(b, 0, last)
 
-    def formula(i: int, env, b: int | None) -> str:
+    def formula(i: int, b: int | None, env) -> str:
         phi, z = env["PHI_Q"].row(i, 0, last), env["Z"].row(i if p.causal else 0, 0, last)
         return f"={r}*MMULT({phi},{memory(env, i, b)})/({r}*SUMPRODUCT({phi},{z})+{EPS})"
 

@@ -13,27 +13,18 @@ attention_bias (--qkv-bias --o-bias) and mlp_bias (--mlp-bias), each + B on its 
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from reference.llama_block import llama_block_ref
-from sheets._bands import (
-    CAUSAL_MASK,
-    GroupedHeads,
-    GroupedHeadsKind,
-    bias_of,
-    concat_heads,
-    head_steps,
-    position_label_sets,
-)
-from sheets.encoder_block import excel_number, residual
-from sheets.multihead import W_K, W_O, W_Q, W_V
-from sheets.positional import ANGLES, ROTATION, rotated
+from sheets._blocks import heads
+from sheets._blocks.attention import CAUSAL_MASK, bias_of
+from sheets._blocks.ffn import silu
+from sheets._blocks.heads import GroupedHeads, GroupedHeadsKind, concat_heads, head_steps
+from sheets._blocks.labels import position_label_sets
+from sheets._blocks.layers import gamma_near_one, residual
+from sheets._blocks.norms import rms_norm
+from sheets._blocks.rotary import ROTATION, rope_angles, rotated
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import BROADCAST, Input, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import BROADCAST, Input, Map, MatMul, Step, section
 from workbook_builder.sheet.declare import Table
-
-# SiLU(x) = x·σ(x), each branch's EXP of a non-positive number: no overflow at any x
-SILU = "=IF({G}>=0,{G}/(1+EXP(-{G})),{G}*EXP({G})/(1+EXP({G})))"
 
 
 @dataclass(frozen=True)
@@ -52,6 +43,8 @@ class LlamaBlockParams(GroupedHeads):
         "help": "bias rows B_GATE, B_UP, B_DOWN (LLaMA's mlp_bias)"})
 
 
+# the projection weights with the heads side by side, as multi-head attention's
+W_Q, W_K, W_V, W_O = heads.W_Q, heads.W_K, heads.W_V, heads.W_O
 X = Input("X", "seq_len", "d_model", "hidden states entering the layer",
           note="One row per token; row p sits at position p (from 0).")
 RMS_WEIGHTS = {n: Input(f"RMS{n}_WEIGHT", BROADCAST, "d_model", "RMSNorm weight w", ["w"], "d")
@@ -83,22 +76,6 @@ def _product(p, name: str, a: str, w: str, bias: str) -> Step:
     """name = a·w (+ bias): its equation says which."""
     plus = _plus(p, bias)
     return Step(name, f"{a}·{w}" + (f" + {bias}" if plus else ""), MatMul(a, w, plus=plus))
-
-
-def rms_norm(n: int, src: str, eps: float) -> list[Step]:
-    """RMS(r) = r/√(ms + eps)·w over each row of `src`, ms the mean of the squares."""
-    eps_text = excel_number(eps)
-    return [
-        # ms_i = Σ_j r_ij² / d
-        Step(f"RMS{n}_MS", "ms = Σ_j r_j² / d", Rows("=SUMPRODUCT({R},{R})/{d_model}", R=src),
-             "Mean of the squares of each row: no mean is subtracted, unlike LayerNorm.",
-             col_labels=["ms"]),
-        # out_ij = r_ij / √(ms_i + eps) · w_j
-        Step(f"RMS{n}_OUT", f"r / √(ms + {eps_text}) · w",
-             Map(f"={{R}}/SQRT({{M}}+{eps_text})*{{W}}", R=src, M=f"RMS{n}_MS",
-                 W=f"RMS{n}_WEIGHT"),
-             "Each row scaled to root-mean-square 1, then by the weight w (no shift)."),
-    ]
 
 
 # each head's half pairs (x_i, x_i+d_k/2) rotated, as transformers' rotate_half
@@ -143,7 +120,7 @@ class LlamaBlock(GroupedHeadsKind):
     def random_input(cls, name, shape, params, rng):
         if name not in ("RMS1_WEIGHT", "RMS2_WEIGHT"):
             return super().random_input(name, shape, params, rng)
-        return np.round(rng.uniform(0.5, 1.5, size=shape), 2)  # near 1, as after training
+        return gamma_near_one(shape, rng)
 
     @classmethod
     def sections(cls, p):
@@ -162,20 +139,12 @@ class LlamaBlock(GroupedHeadsKind):
             section("Step 1 — inputs: the hidden states and the first RMSNorm's weight",
                     [X, RMS_WEIGHTS[1]]),
             section("RMSNorm 1 — each row divided by its root mean square, times w",
-                    rms_norm(1, "X", eps)),
+                    rms_norm("X", "RMS1_MS", "RMS1_OUT", "RMS1_WEIGHT", eps)),
             section("Step 2 — queries, keys, values ({heads} query heads, {groups} key/value "
                     "heads of d_k = {d_k})", _present(p, W_Q, W_K, W_V, B_Q, B_K, B_V), qkv),
             section("Step 3 — RoPE: rotate each head's half pairs of q and k by "
                     "pos·{rope_theta}^(−2i/{d_k})",
-                    [Step("ROPE_ANGLE", "θ = pos · {rope_theta}^(−2i/{d_k})",
-                          Map("={ROW_LABEL}*POWER({rope_theta},-2*{COL_LABEL}/{d_k})",
-                              rows="seq_len", cols=lambda p: p.d_k // 2),
-                          "Rotation angle of pair i at each position.",
-                          col_labels=lambda p: list(range(p.d_k // 2)), **ANGLES),
-                     Step("ROPE_COS", "cos θ", Map("=COS({A})", A="ROPE_ANGLE"),
-                          corner="pos\\i"),
-                     Step("ROPE_SIN", "sin θ", Map("=SIN({A})", A="ROPE_ANGLE"),
-                          corner="pos\\i"), convention],
+                    [*rope_angles("rope_theta"), convention],
                     [Step("Q_ROT", f"R_pos·q: {ROTATION}", Q_ROTATED,
                           "Each query head rotated by its token's position.",
                           row_labels="tokens", col_labels=W_Q.col_labels),
@@ -190,15 +159,14 @@ class LlamaBlock(GroupedHeadsKind):
                     [_product(p, "ATTN", "CONCAT", "W_O", "B_O"),
                      residual("RESID_1", "X", "ATTN",
                               "The residual connection: the layer adds to its input.")]),
-            section("RMSNorm 2 — before the MLP", [RMS_WEIGHTS[2]], rms_norm(2, "RESID_1", eps)),
+            section("RMSNorm 2 — before the MLP", [RMS_WEIGHTS[2]],
+                    rms_norm("RESID_1", "RMS2_MS", "RMS2_OUT", "RMS2_WEIGHT", eps)),
             # MLP_OUT = (SiLU(h·W_GATE) ⊙ h·W_UP)·W_DOWN
             section("Step 5 — SwiGLU MLP: SiLU(gate) times up, projected down",
                     _present(p, W_GATE, W_UP, W_DOWN, B_GATE, B_UP, B_DOWN),
                     [_product(p, "GATE", "RMS2_OUT", "W_GATE", "B_GATE"),
                      _product(p, "UP", "RMS2_OUT", "W_UP", "B_UP"),
-                     Step("GATE_ACT", "SiLU(g) = g/(1 + e^−g)", Map(SILU, G="GATE"),
-                          "SiLU written so EXP never overflows: g/(1 + e^−g) for g ≥ 0, "
-                          "g·e^g/(1 + e^g) below 0."),
+                     silu("GATE_ACT", "GATE", "g", "branches"),
                      Step("GATED", "GATE_ACT ⊙ UP", Map("={A}*{U}", A="GATE_ACT", U="UP"),
                           "The gate scales the up projection elementwise."),
                      _product(p, "MLP_OUT", "GATED", "W_DOWN", "B_DOWN")]),

@@ -16,14 +16,21 @@ row j (conv1d.weight[:, 0, :]ᵀ), so the last row multiplies the current token.
 import dataclasses
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from reference.mamba_block import mamba_block_ref
-from sheets._bands import X
-from sheets.encoder_block import excel_number, residual
-from sheets.ssm import A_STEP, SOFTPLUS, Ssm, discretised, read_out, scan_step
+from sheets._blocks.attention import X
+from sheets._blocks.ffn import silu
+from sheets._blocks.layers import gamma_near_one, residual
+from sheets._blocks.norms import rms_norm
+from sheets._blocks.recurrence import (
+    A_STEP,
+    SOFTPLUS,
+    discretised,
+    read_out,
+    scan_input,
+    scan_step,
+)
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import BROADCAST, ByRow, Input, Kind, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import BROADCAST, ByRow, Input, Kind, Map, MatMul, Step, section
 from workbook_builder.sheet.declare import dims
 
 
@@ -74,21 +81,12 @@ D = Input("D", 1, "d_inner", "skip weight D", ["D"], "d")
 W_OUT = Input("W_OUT", "d_inner", "d_model", "out_proj weights", "d", "d")
 
 
-def silu(name: str, src: str, x: str) -> Step:
-    """silu(x) = x·σ(x) = x·IF(x≥0, 1, e^−|x|)/(1 + e^−|x|): EXP never sees a positive
-    argument, so neither sign overflows (x/(1+EXP(−x)) does below −709)."""
-    return Step(name, f"silu({x}) = {x}·σ({x})",
-                Map("={S}*IF({S}>=0,1,EXP(-ABS({S})))/(1+EXP(-ABS({S})))", S=src),
-                "x·σ(x), written with EXP(−|x|) so that EXP never overflows, for either "
-                "sign.")
-
-
 def conv_terms(t: int, k: int, tap, x_in) -> list[str]:
     """tap(j)·x_in(row) for the taps that reach a row at or after the first token."""
     return [f"{tap(j)}*{x_in(t - (k - 1) + j)}" for j in range(k) if t - (k - 1) + j >= 0]
 
 
-def conv(t: int, env, c: int | None) -> str:
+def conv(t: int, c: int | None, env) -> str:
     """conv[t, c] = Σ_j CONV_W[j, c]·X_IN[t−k+1+j, c] + CONV_B[c]; the whole row t (c
     None) as one array formula: whole rows of taps times whole rows of X_IN."""
     w, x_in, b = env["CONV_W"], env["X_IN"], env["CONV_B"]
@@ -126,26 +124,22 @@ class MambaBlock(Kind):
     @classmethod
     def random_input(cls, name, shape, params, rng):
         if name == "NORM_W":  # RMSNorm scales near 1, as after training
-            return np.round(rng.uniform(0.5, 1.5, size=shape), 2)
-        return Ssm.random_input(name, shape, params, rng)  # A_LOG, DELTA_BIAS, D as `ssm`
+            return gamma_near_one(shape, rng)
+        drawn = scan_input(name, shape, rng)  # A_LOG, DELTA_BIAS and D as `ssm`
+        return super().random_input(name, shape, params, rng) if drawn is None else drawn
 
     @classmethod
     def sections(cls, p):
-        eps = excel_number(p.ln_eps)
         e, r, n = p.d_inner, p.dt_rank, p.d_state
         return [
             section("Step 1 — inputs: X, the hidden states entering the block (one row per "
                     "token), and the RMSNorm weight", [X_IN_BLOCK, NORM_W]),
             # ms = Σ x² / d;  NORMED = x/√(ms + eps)·γ
             section("Step 2 — RMSNorm, as transformers' MambaRMSNorm: eps inside the root, "
-                    "no mean subtracted, no bias", [
-                        Step("RMS_MS", "ms = Σ_j x_j² / d",
-                             Rows("=SUMPRODUCT({X},{X})/{d_model}", X="X"),
-                             "Mean of the squares of each row.", col_labels=["ms"]),
-                        Step("NORMED", f"x / √(ms + {eps}) · γ",
-                             Map(f"={{X}}/SQRT({{M}}+{eps})*{{G}}", X="X", M="RMS_MS",
-                                 G="NORM_W"),
-                             "Each row scaled to root mean square 1, then by γ.")]),
+                    "no mean subtracted, no bias",
+                    rms_norm("X", "RMS_MS", "NORMED", "NORM_W", p.ln_eps, ("x", "γ"),
+                             ("Mean of the squares of each row.",
+                              "Each row scaled to root mean square 1, then by γ."))),
             # [X_IN | Z] = NORMED·W_IN
             section("Step 3 — in_proj: one weight, split into the x branch and the gate z",
                     W_IN, [Step("X_IN", "x = NORMED·W_in[:, 1…E]",
@@ -166,7 +160,7 @@ class MambaBlock(Kind):
                           "Each channel mixes its last k values; rows before the first token "
                           "count as 0, so early rows have fewer terms.", row_labels="tokens",
                           col_labels="d"),
-                     silu("U", "CONV", "c")]),
+                     silu("U", "CONV", "c", "abs")]),
             # [DT_LOW | B_SEL | C_SEL] = U·W_X
             section("Step 5 — x_proj: the selective δ (rank R), B and C from u", W_X,
                     [Step("DT_LOW", "δ = u·W_x[:, δ]", MatMul("U", "W_X", b_cols=(0, r - 1)),
@@ -191,7 +185,7 @@ class MambaBlock(Kind):
             section("Step 9 — read out with the skip D", D, read_out("d_inner")),
             # GATED = Y ⊙ silu(Z);  MIXER = GATED·W_out;  OUTPUT = X + MIXER
             section("Step 10 — gate with silu(z), out_proj, and the residual", W_OUT,
-                    [silu("SILU_Z", "Z", "z"),
+                    [silu("SILU_Z", "Z", "z", "abs"),
                      Step("GATED", "g = y ⊙ silu(z)", Map("={Y}*{S}", S="SILU_Z"),
                           "The mixer's gated output, before out_proj."),
                      Step("MIXER", "g·W_out", MatMul("GATED", "W_OUT"),

@@ -10,21 +10,24 @@ grouped K/V heads (GQA).
 from dataclasses import dataclass, field
 
 from reference.multihead import multihead_ref
-from sheets._bands import (
-    CAUSAL_MASK,
-    Cost,
+from sheets._blocks.attention import CAUSAL_MASK, X, projections
+from sheets._blocks.costs import Cost, cost_section
+from sheets._blocks.heads import (
+    B_K,
+    B_O,
+    B_Q,
+    B_V,
+    W_K,
+    W_O,
+    W_Q,
+    W_V,
     GroupedHeads,
     GroupedHeadsKind,
-    X,
-    bias_of,
     concat_and_mix,
-    cost_section,
-    head_labels,
     head_steps,
-    projections,
 )
 from sheets._examples import hand_multihead, wo_ai_ai
-from workbook_builder.sheet import Input, section
+from workbook_builder.sheet import section
 
 
 @dataclass(frozen=True)
@@ -35,30 +38,12 @@ class MultiheadParams(GroupedHeads):
         "help": "add bias rows B_Q, B_K, B_V, B_O to the projections (nn.Linear's bias)"})
 
 
-def _heads(p):
-    return p.heads
-
-
 def _groups(p):
     return p.groups
 
 
 def _d_k(p):
     return p.d_k
-
-
-W_Q = Input("W_Q", "d_model", lambda p: p.heads * p.d_k, "query weights, heads side by side",
-            "d", head_labels("q", _heads, _d_k))
-W_K = Input("W_K", "d_model", lambda p: p.groups * p.d_k, "key weights", "d",
-            head_labels("k", _groups, _d_k))
-W_V = Input("W_V", "d_model", lambda p: p.groups * p.d_k, "value weights", "d",
-            head_labels("v", _groups, _d_k))
-W_O = Input("W_O", lambda p: p.heads * p.d_k, "d_model", "output weights",
-            head_labels("h", _heads, _d_k), "d")
-# bias rows of the four projections (with --bias, or when given with --inputs)
-B_Q, B_K, B_V = (bias_of(W_Q, "query bias"), bias_of(W_K, "key bias"),
-                 bias_of(W_V, "value bias"))
-B_O = bias_of(W_O, "output bias")
 
 
 # -- the cost table: what the steps above hold and multiply, as functions of n -----------

@@ -15,13 +15,12 @@ them from their row labels (the label set "positions").
 from dataclasses import dataclass, field
 
 from reference.positional import positional_ref
-from sheets._bands import QUERY_KEY, W_K, W_Q, position_label_sets
+from sheets._blocks.attention import QUERY_KEY, W_K, W_Q
+from sheets._blocks.labels import position_label_sets
+from sheets._blocks.rotary import ANGLES, ROPE_CONVENTIONS, ROTATION, rope_angles, rotated
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, MatMulT, Reduce, Step, section
-from workbook_builder.sheet.declare import Size
+from workbook_builder.sheet import Custom, Input, Kind, Map, MatMul, Reduce, Step, section
 from workbook_builder.sheet.refs import range_ref
-
-ROPE_CONVENTIONS = ["interleaved", "half"]
 
 
 @dataclass(frozen=True)
@@ -35,35 +34,6 @@ class PositionalParams:
                 "(x_i, x_i+d_k/2) as GPT-NeoX/HF LLaMA"})
     base: int = field(default=10000, metadata={
         "help": "frequency base b of both encodings (10000 in the paper; rope_theta)"})
-
-
-def pair_of(j: int, d: int, convention: str) -> tuple[int, int, int, bool]:
-    """(pair index i, column a, column b, is j the second member) of column j."""
-    if convention == "interleaved":
-        i = j // 2
-        return i, 2 * i, 2 * i + 1, j % 2 == 1
-    half = d // 2
-    i = j % half
-    return i, i, i + half, j >= half
-
-
-def rotated(src: str, first_row_only: bool = False, cols: Size = "d_k",
-            convention: str | None = None) -> Custom:
-    """Row pos of `src` (or its first row, anchored, at every pos) rotated by the angles of
-    position pos: a' = a·cos θ − b·sin θ,  b' = b·cos θ + a·sin θ. One formula per cell.
-    `src` may hold several heads of d_k columns side by side, each rotated alike; the
-    pairs follow `convention`, else the parameter `rope`."""
-    def each(i, j, env):
-        x, cos, sin = env[src], env["ROPE_COS"], env["ROPE_SIN"]
-        d_k = env.params.d_k
-        head = j - j % d_k  # first column of this column's head
-        pair, a, b, second = pair_of(j % d_k, d_k, convention or env.params.rope)
-        a, b = head + a, head + b
-        ref = (lambda c: x.fixed(0, c)) if first_row_only else (lambda c: x.cell(i, c))
-        c, s = cos.cell(i, pair), sin.cell(i, pair)
-        return f"={ref(b)}*{c}+{ref(a)}*{s}" if second else f"={ref(a)}*{c}-{ref(b)}*{s}"
-
-    return Custom("seq_len", cols, each)
 
 
 def pe_cell(i, j, env):  # PE[pos,2i] = sin θ[pos,i], PE[pos,2i+1] = cos θ[pos,i]
@@ -88,8 +58,6 @@ def _below_last(p):  # REL_DIFF compares positions m and m+1: m = 0 … n−2
 
 X = Input("X", "seq_len", "d_model", "token embeddings",
           note="One row per token; row p sits at position p (from 0).")
-ROTATION = "(a, b) → (a·cos θ − b·sin θ, b·cos θ + a·sin θ)"
-ANGLES = {"row_labels": "positions", "corner": "pos\\i"}  # a block of angles θ[pos,i]
 
 
 class Positional(Kind):
@@ -153,20 +121,14 @@ class Positional(Kind):
                 [Step("Q", "Q = X·W_Q", MatMul("X", "W_Q"),
                       "Queries from the plain X: RoPE replaces the added encoding."),
                  Step("K", "K = X·W_K", MatMul("X", "W_K"), "Keys from the plain X.")],
-                [Step("ROPE_ANGLE", "θ = pos · {base}^(−2i/{d_k})",  # pos, i: the labels
-                      Map("={ROW_LABEL}*POWER({base},-2*{COL_LABEL}/{d_k})",
-                          rows="seq_len", cols=lambda p: p.d_k // 2),
-                      "Rotation angle of pair i at each position.",
-                      col_labels=lambda p: list(range(p.d_k // 2)), **ANGLES),
-                 Step("ROPE_COS", "cos θ", Map("=COS({A})", A="ROPE_ANGLE"), corner="pos\\i"),
-                 Step("ROPE_SIN", "sin θ", Map("=SIN({A})", A="ROPE_ANGLE"), corner="pos\\i")],
+                rope_angles("base"),
                 [Step("Q_ROT", f"R_pos·q: {ROTATION}", rotated("Q"),  # row pos by position pos
                       f"Each query rotated by its own position; {pairs}.",
                       row_labels="tokens", col_labels="k"),
                  Step("K_ROT", f"R_pos·k: {ROTATION}", rotated("K"),
                       f"Each key rotated by its own position; {pairs}.",
                       row_labels="tokens", col_labels="k"),
-                 Step("SCORES", "S = Q_ROT·K_ROTᵀ", MatMulT("Q_ROT", "K_ROT"),
+                 Step("SCORES", "S = Q_ROT·K_ROTᵀ", MatMul("Q_ROT", "K_ROT", transpose="b"),
                       "Position-aware scores (scale and softmax as in the attention kind).",
                       corner=QUERY_KEY)]),
             section(
@@ -181,7 +143,8 @@ class Positional(Kind):
                       rotated("K", first_row_only=True),
                       "The same key content at every position.",
                       row_labels="positions", col_labels="k", corner="n")],
-                [Step("REL_SCORES", "(R_m q₁)·(R_n k₁)", MatMulT("REL_Q_ROT", "REL_K_ROT"),
+                [Step("REL_SCORES", "(R_m q₁)·(R_n k₁)",
+                      MatMul("REL_Q_ROT", "REL_K_ROT", transpose="b"),
                       "Constant along every diagonal: only m − n matters."),
                  Step("REL_DIFF", "|REL[m,n] − REL[m+1,n+1]|",
                       Custom(lambda p: p.seq_len - 1, lambda p: p.seq_len - 1,

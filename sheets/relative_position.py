@@ -25,15 +25,9 @@ the sheet's (10 distances on the 11,567-setting test grid, with torch 2.13).
 from dataclasses import dataclass, field
 
 from reference.relative_position import relative_position_ref
-from sheets._bands import (
-    CAUSAL_MASK,
-    QUERY_KEY,
-    X,
-    concat_and_mix,
-    projections,
-    softmax_steps,
-)
-from sheets.multihead import W_K, W_O, W_Q, W_V
+from sheets._blocks.attention import CAUSAL_MASK, QUERY_KEY, X, projections
+from sheets._blocks.heads import W_K, W_O, W_Q, W_V, concat_and_mix
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     BROADCAST,
@@ -42,7 +36,6 @@ from workbook_builder.sheet import (
     Kind,
     Map,
     MatMul,
-    MatMulT,
     Step,
     section,
 )
@@ -245,7 +238,7 @@ def bucket_step(p) -> Step:
     last, half = p.direction_buckets - 1, p.direction_buckets
     rule = f"d if d < {{max_exact}} else min({last}, {{max_exact}} + ⌊x_d⌋)"
     equation = f"d = −min(r, 0);  {rule}" if p.causal else f"{half}·[r > 0] + ({rule}),  d = |r|"
-    def bucket(i, env, j):  # cell (i, j), or the whole row i (j None)
+    def bucket(i, j, env):  # cell (i, j), or the whole row i (j None)
         return bucket_row(i, env) if j is None else bucket_cell(i, j, env)
 
     return Step("BUCKET", equation, ByRow("seq_len", "seq_len", bucket),
@@ -260,7 +253,7 @@ def bucket_step(p) -> Step:
 # -- per-head bias ---------------------------------------------------------------------------
 def alibi_bias(h: int) -> ByRow:
     """BIAS_h = −m_h·|j − i|."""
-    def each(i, env, j):
+    def each(i, j, env):
         return f"=-{env['SLOPES'].fixed(0, h)}*ABS({env['REL_POS'].cell(i, j)})"
 
     def whole(env):
@@ -273,7 +266,7 @@ def t5_bias(h: int) -> ByRow:
     """BIAS_h[i,j] = BIAS_TABLE[bucket_ij, h]: INDEX per cell (it counts from 1); in
     `blocks` one array formula per row picks the entry whose bucket label matches, as
     column h of the table times a 0/1 match matrix (INDEX takes no array of rows portably)."""
-    def row(i, env, j):  # cell (i, j), or the whole row i (j None)
+    def row(i, j, env):  # cell (i, j), or the whole row i (j None)
         table = env["BIAS_TABLE"]
         if j is None:
             return (f"=MMULT(TRANSPOSE({table.col(h)}),"
@@ -286,7 +279,8 @@ def t5_bias(h: int) -> ByRow:
 def head_band(h: int, p) -> list[Step]:
     """Head h (0-based): scores (scaled for ALiBi), + bias, softmax, A·V_h."""
     sfx, cols = f"_H{h + 1}", (h * p.d_k, (h + 1) * p.d_k - 1)
-    scores = [Step("SCORES" + sfx, f"S = Q_{h + 1}·K_{h + 1}ᵀ", MatMulT("Q", "K", cols, cols),
+    scores = [Step("SCORES" + sfx, f"S = Q_{h + 1}·K_{h + 1}ᵀ",
+                   MatMul("Q", "K", cols, cols, transpose="b"),
                    "Dot product of query i with key j.", corner=QUERY_KEY)]
     if p.bias == "alibi":
         scores.append(Step("SCALED" + sfx, "S / √d_k   (d_k = {d_k})",

@@ -17,7 +17,9 @@ from functools import cached_property
 import numpy as np
 
 from reference.scaling import scaling_ref
-from sheets._bands import QUERY_KEY, positions_from_1, softmax_steps
+from sheets._blocks.attention import QUERY_KEY
+from sheets._blocks.labels import positions_from_1
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     ByRow,
@@ -27,7 +29,7 @@ from workbook_builder.sheet import (
     Input,
     Kind,
     Map,
-    MatMulT,
+    MatMul,
     MaxAbsDiff,
     Reduce,
     Rows,
@@ -105,7 +107,7 @@ def scores_band(w: int) -> list[Step]:
     d = f"_D{w}"
     return [
         # S = Q·Kᵀ
-        Step(f"SCORES{d}", "S = Q·Kᵀ", MatMulT(f"Q{d}", f"K{d}"),
+        Step(f"SCORES{d}", "S = Q·Kᵀ", MatMul(f"Q{d}", f"K{d}", transpose="b"),
              "Dot product of query i with key j: a sum of d_k products, each of variance 1.",
              corner=QUERY_KEY),
         # S / √d_k
@@ -129,12 +131,12 @@ def jacobian_steps(sfx: str) -> list[Step]:
     |entry| and Frobenius norm, and every row's Frobenius norm."""
     weights, jac = f"WEIGHTS{sfx}", f"JAC{sfx}"
 
-    def jac_row(j, env, k):  # J_jk = I_jk·a_j − a_j·a_k; row j (k None): I_j·a_j − a_j·a
+    def jac_row(j, k, env):  # J_jk = I_jk·a_j − a_j·a_k; row j (k None): I_j·a_j − a_j·a
         a_j = weight(env, weights, 0, j)
         a_k = env[weights].row(0) if k is None else weight(env, weights, 0, k)
         return f"={row_or_cell(env['EYE'], j, k)}*{a_j}-{a_j}*{a_k}"
 
-    def row_norm(i, env, _):  # ‖J_i‖² = Σ_j (a_j − a_j²)² + Σ_j a_j²·Σ_{k≠j} a_k²
+    def row_norm(i, _, env):  # ‖J_i‖² = Σ_j (a_j − a_j²)² + Σ_j a_j²·Σ_{k≠j} a_k²
         a = env[weights].row(i)
         return Cell(f"=SQRT(SUMPRODUCT(({a}-{a}*{a})^2)"
                     f"+SUMPRODUCT({a}*{a},MMULT({a}*{a},{env['OFF_DIAG'].whole()})))",

@@ -14,20 +14,19 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from reference.sliding_window import sliding_window_ref
-from sheets._bands import (
+from sheets._blocks.attention import (
     QKV_INPUTS,
-    Cost,
     ValueWidth,
-    cost_section,
-    position_label_sets,
     projections,
     scaled_scores,
-    softmax_steps,
     weighted_values,
     weights_chart,
 )
+from sheets._blocks.costs import Cost, cost_section
+from sheets._blocks.labels import position_label_sets
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import BROADCAST, ByRow, Cell, Input, Kind, Step, section
+from workbook_builder.sheet import BROADCAST, ByRow, Cell, Input, Kind, Step, WholeNumbers, section
 
 
 def parse_global(text: str) -> list[int]:
@@ -81,36 +80,17 @@ def free_keys(p, start: int, stop: int) -> list[int]:
             and (j < start - p.window or j > stop - 1 + p.window)]
 
 
-def check_random_keys(inputs, p) -> None:
-    """A user may type any pick: each must be a whole key position 0 … n−1."""
-    if not p.random:
-        return
-    labels = query_block_labels(p)
-    for k, row in enumerate(np.asarray(inputs["RANDOM_KEYS"], dtype=float)):
-        for r, key in enumerate(row):
-            if not (key.is_integer() and 0 <= key <= p.seq_len - 1):
-                raise UserError(f"input RANDOM_KEYS (queries {labels[k]}, pick r{r + 1}) "
-                                f"holds {key:g}: a random key must be a whole position "
-                                f"0 … {p.seq_len - 1}")
-
-
-def checked_ref(inputs, params):
-    """The reference, after refusing picks that are not key positions: RANDOM_KEYS is read
-    back from the file, where a user may have typed anything."""
-    check_random_keys(inputs, params)
-    return sliding_window_ref(inputs, params)
-
-
 RANDOM_KEYS = Input(
     "RANDOM_KEYS", lambda p: len(query_blocks(p)), "random",
     "random keys of each query block (0-based positions)", row_labels=query_block_labels,
     col_labels="r", corner="queries", when=lambda p: p.random > 0,
     note="Drawn by the seed: different keys outside the block's window and the global "
-         "tokens. Type any position 0 … n−1 instead and the mask follows.")
+         "tokens. Type any position 0 … n−1 instead and the mask follows.",
+    values=WholeNumbers(0, "seq_len", "a random key"))
 
 
 # R_kj = 1 if key j (the column label) is one of block k's picks in RANDOM_KEYS
-def random_cell(k, env, j):
+def random_cell(k, j, env):
     picks = env["RANDOM_KEYS"]
     tests = [f"{picks.fixed(k, r)}={env.me.col_label(j)}" for r in range(picks.cols)]
     return f"=IF({tests[0]},1,0)" if len(tests) == 1 else f"=IF(OR({','.join(tests)}),1,0)"
@@ -123,7 +103,7 @@ def random_whole(env):  # each pick column (blocks×1) against the key labels (1
 
 
 # g_i = 1 if position i (the row label) is listed in --global
-def global_cell(i, env, _):
+def global_cell(i, _, env):
     tests = ",".join(f"{env.me.row_label(i)}={g}" for g in env.params.global_positions)
     return f"=IF(OR({tests}),1,0)"
 
@@ -136,7 +116,7 @@ def global_whole(env):  # OR would collapse an array to one value; a sum of test
 
 # M_ij = 1 if |j − i| ≤ w or g_i = 1 or g_j = 1 or R_{⌊i/b⌋ j} = 1; the labels are the
 # 0-based positions
-def mask_cell(i, env, j):
+def mask_cell(i, j, env):
     """Cell (i, j) of the mask; with random keys, the whole row i when j is None."""
     if j is None:
         return mask_row(i, env)
@@ -174,7 +154,7 @@ def mask_row(i, env):  # with random keys: row i adds the RANDOM row of its bloc
 # m_i = max_{j: M_ij=1} S_ij: a single-cell array formula per row (MAX over an IF). A masked
 # entry stands in as S_ii, the row's own score, which is always allowed: no sentinel, so
 # no score however large or small can be outranked by a fill value
-def row_max_cell(i, env, _):
+def row_max_cell(i, _, env):
     scaled = env["SCALED"]
     return Cell(f"=MAX(IF({env['MASK'].row(i)}=1,{scaled.row(i)},{scaled.fixed(i, i)}))",
                 array=True)
@@ -207,7 +187,7 @@ class SlidingWindow(Kind):
                "--random R BigBird keys)")
     sheet_title = "SlidingWindow"
     Params = SlidingWindowParams
-    reference = staticmethod(checked_ref)
+    reference = staticmethod(sliding_window_ref)
     inputs = [*QKV_INPUTS, RANDOM_KEYS]
     label_sets = classmethod(position_label_sets)
     test_cases = [
@@ -271,11 +251,6 @@ class SlidingWindow(Kind):
                                 f"--block-size, or give RANDOM_KEYS with --inputs")
             rows.append(np.sort(rng.choice(free, size=params.random, replace=False)))
         return np.array(rows, dtype=float)
-
-    @classmethod
-    def lay_out(cls, sheet, params, inputs, labels):
-        check_random_keys(inputs, params)  # picks given with --inputs
-        super().lay_out(sheet, params, inputs, labels)
 
     @classmethod
     def describe(cls, params):

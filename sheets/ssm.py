@@ -16,31 +16,26 @@ The work grows linearly in L (about 3·L·D·N cells), where attention's scores 
 """
 
 from dataclasses import dataclass, field
-from functools import partial
-
-import numpy as np
-import openpyxl
 
 from reference.ssm import ssm_ref
-from sheets._bands import Cost, cost_section
-from sheets.attention import Attention
+from sheets._blocks import recurrence
+from sheets._blocks.costs import Cost, cost_section
+from sheets._blocks.ffn import silu
 from workbook_builder.sheet import (
     Chart,
-    Custom,
     Example,
     Input,
     Kind,
     Map,
     MatMul,
-    Scan,
     Section,
     Series,
     Step,
-    row_or_cell,
     section,
 )
-from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.layout import SheetWriter
+from workbook_builder.sheet.declare import block_shapes
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.registry import get_kind
 
 
 @dataclass(frozen=True)
@@ -74,110 +69,21 @@ D = Input("D", 1, "d_model", "skip weight D", ["D"], "d",
           note="The skip connection: y_t gets D ⊙ u_t added.")
 
 
-def state_count(p, channels: str = "d_model") -> int:
-    """D·N state columns; `channels` names the parameter holding D (mamba-block: d_inner)."""
-    return getattr(p, channels) * p.d_state
-
-
-def state_cols(p, channels: str = "d_model") -> list[str]:
-    """Channel-major state columns d1.n1, d1.n2, …, d2.n1, …"""
-    return [f"d{d + 1}.n{n + 1}" for d in range(getattr(p, channels))
-            for n in range(p.d_state)]
-
-
-def a_bar_cell(t: int, k: int, env) -> str:
-    d, n = divmod(k, env.params.d_state)
-    return f"=EXP({env['DELTA'].row(t, d, d)}*{env['A'].fixed(d, n)})"
-
-
-def a_bar_channel(d: int, env) -> str:  # an L×1 column of Δ times a 1×N row of A
-    return f"=EXP({env['DELTA'].col(d)}*{env['A'].row(d)})"
-
-
-def delta_b_u_cell(t: int, k: int, env) -> str:
-    d, n = divmod(k, env.params.d_state)
-    return f"={env['DELTA'].row(t, d, d)}*{env['B_SEL'].cell(t, n)}*{env['U'].row(t, d, d)}"
-
-
-def delta_b_u_channel(d: int, env) -> str:
-    return f"={env['DELTA'].col(d)}*{env['U'].col(d)}*{env['B_SEL'].whole()}"
-
-
-def scan(t: int, env, k: int | None) -> str:
-    """Row t of H (its column k, or the whole row); row 1 is B̄_1 u_1 because h_0 = 0."""
-    bu = row_or_cell(env["DELTA_B_U"], t, k)
-    if t == 0:
-        return f"={bu}"
-    return f"={row_or_cell(env['A_BAR'], t, k)}*{row_or_cell(env.me, t - 1, k)}+{bu}"
-
-
-def y_cell(t: int, d: int, env) -> str:
-    first, last = d * env.params.d_state, (d + 1) * env.params.d_state - 1
-    return (f"=SUMPRODUCT({env['H'].row(t, first, last)},{env['C_SEL'].row(t)})"
-            f"+{env['D'].col(d)}*{env['U'].cell(t, d)}")
-
-
-# Δ = softplus(Δ_pre) exactly as PyTorch: x above 20, else ln(1 + eˣ)
-SOFTPLUS = Step("DELTA", "Δ = softplus(·) = IF(x>20, x, LN(1+EXP(x)))",
-                Map("=IF({X}>20,{X},LN(1+EXP({X})))", X="DELTA_PRE"),
-                "Softplus keeps Δ positive. It is the natural log LN: base-10 LOG here (a bug "
-                "in a circulating Mamba sheet) makes every later block wrong. Above 20 "
-                "PyTorch returns x itself.")
-A_STEP = Step("A", "A = −exp(A_LOG)", Map("=-EXP({A_LOG})"),
-              "Diagonal state matrix, one row of N decay rates per channel; it does not "
-              "depend on the input.")
 SELECTION = [
     # Δ_pre = U·W_Δ + b_Δ   (the 1×D bias row is added to every row)
     Step("DELTA_PRE", "U·W_Δ + b_Δ", MatMul("U", "W_DELTA", plus="DELTA_BIAS"),
          "The step size before softplus."),
-    SOFTPLUS,
+    recurrence.SOFTPLUS,
     Step("B_SEL", "B_t = u_t·W_B", MatMul("U", "W_B"), "Input matrix B for each time step."),
     Step("C_SEL", "C_t = u_t·W_C", MatMul("U", "W_C"), "Read-out matrix C for each time step."),
-    A_STEP,
+    recurrence.A_STEP,
 ]
 
 
-def discretised(n: int, channels: str = "d_model") -> list[Step]:
-    """Ā and B̄u, channel-major; in `blocks` one array formula per channel (n columns)."""
-    count, cols = partial(state_count, channels=channels), partial(state_cols, channels=channels)
-    return [
-        # Ā[t, d·N+n] = exp(Δ[t,d]·A[d,n])   (zero-order hold)
-        Step("A_BAR", "Ā_t = exp(Δ_t·A)   (zero-order hold)",
-             Custom("seq_len", count, a_bar_cell, per_slice=(n, a_bar_channel)),
-             "How much of the state survives one step: in (0, 1) because Δ > 0 and A < 0. "
-             "Columns d.n: channel d, state n.", row_labels="tokens", col_labels=cols),
-        # B̄u[t, d·N+n] = Δ[t,d]·B[t,n]·u[t,d]   (Euler)
-        Step("DELTA_B_U", "B̄_t u_t = Δ_t·B_t·u_t   (Euler)",
-             Custom("seq_len", count, delta_b_u_cell, per_slice=(n, delta_b_u_channel)),
-             "What the input writes into the state this step. Euler B̄ = Δ·B, not ZOH's "
-             "(ΔA)⁻¹(exp(ΔA) − I)·ΔB: Mamba's code does this.", row_labels="tokens",
-             col_labels=cols),
-    ]
-
-
-def scan_step(channels: str = "d_model") -> Step:
-    """h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: one formula per row in `blocks`, reading the row
-    above."""
-    return Step("H", "h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t,   h_0 = 0",
-                Scan("seq_len", partial(state_count, channels=channels), scan),
-                "The hidden state: N numbers per channel, updated once per row. Work and "
-                "cells grow linearly with the sequence length.", row_labels="tokens",
-                col_labels=partial(state_cols, channels=channels))
-
-
-def read_out(channels: str = "d_model") -> Step:
-    """y[t,d] = Σ_n h[t, d·N+n]·C[t,n] + D[d]·u[t,d]"""
-    return Step("Y", "y_t = C_t·h_t + D ⊙ u_t", Custom("seq_len", channels, y_cell),
-                "Each channel reads its N states through C_t and adds the skip term. One "
-                "formula per cell in both layouts: a whole-block formula would need a reshape "
-                "Excel lacks.", row_labels="tokens", col_labels="d")
-
-
-H, Y = scan_step(), read_out()
+H, Y = recurrence.scan_step(), recurrence.read_out()
 GATE = [
     # silu(z) = z·σ(z) = z·(1 + tanh(z/2))/2, which never overflows
-    Step("SILU_Z", "silu(z) = z·0.5·(1 + tanh(z/2))", Map("={Z}*0.5*(1+TANH({Z}/2))"),
-         "z·sigmoid(z), written with TANH because z/(1+EXP(−z)) overflows for z below −709."),
+    silu("SILU_Z", "Z", "z", "tanh"),
     Step("OUTPUT", "out_t = y_t ⊙ silu(z_t)", Map("={Y}*{SILU_Z}"),
          "The gated output of the Mamba mixer (before out_proj)."),
 ]
@@ -224,16 +130,8 @@ class Ssm(Kind):
 
     @classmethod
     def random_input(cls, name, shape, p, rng):
-        if name == "A_LOG":
-            # S4D-real init, A[d,n] = −(n+1), jittered so channels differ; keeps Ā in (0, 1)
-            base = np.broadcast_to(np.log(np.arange(1, shape[1] + 1)), shape)
-            return (base + rng.uniform(-0.1, 0.1, size=shape)).round(2)
-        if name == "DELTA_BIAS":
-            # Δ of order 0.3–1: the state both remembers and moves
-            return rng.uniform(-1.0, 0.5, size=shape).round(2)
-        if name == "D":
-            return rng.uniform(0.5, 1.5, size=shape).round(2)   # Mamba's init is 1
-        return rng.uniform(-1.0, 1.0, size=shape).round(2)
+        drawn = recurrence.scan_input(name, shape, rng)  # A_LOG, DELTA_BIAS and D, as Mamba
+        return super().random_input(name, shape, p, rng) if drawn is None else drawn
 
     @classmethod
     def sections(cls, p):
@@ -246,7 +144,7 @@ class Ssm(Kind):
                     "what makes S6 \"selective\")", SELECTION),
             section("Step 3 — discretise each channel: Ā = exp(Δ·A) is zero-order hold; "
                     "B̄ = Δ·B is Euler (not the paper's ZOH B̄), as mamba's "
-                    "selective_scan_ref does", discretised(p.d_state)),
+                    "selective_scan_ref does", recurrence.discretised(p.d_state)),
             section("Step 4 — the scan: each row reads the row above it (h_0 = 0)",
                     [H, state_chart(p)]),
             section("Step 5 — read out: y_t = C_t·h_t + D ⊙ u_t", [Y, *GATE] if p.gate else Y),
@@ -276,19 +174,20 @@ COST_SIZES = {"L": "seq_len", "D": "d_model", "N": "d_state"}
 
 
 def formula_cells(kind: type[Kind], values: dict) -> int:
-    """Formula cells of a kind's sheet (seed 0): every cell of every step block."""
+    """Formula cells of a kind's sheet: every cell of every step block, as declared."""
     p = make_params(kind, values)
-    sheet = SheetWriter(openpyxl.Workbook().active, "cells")
-    kind.lay_out(sheet, p, complete_inputs(kind, p, {}, 0), kind.labels(p, None))
-    return sum(sheet.blocks[name].rows * sheet.blocks[name].cols for name in kind.step_names(p))
+    shapes = block_shapes(kind.sections(p), p)
+    return sum(rows * cols for name, (rows, cols) in shapes.items()
+               if name in set(kind.step_names(p)))
 
 
 def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int = 4):
     """Formula cells of an ssm sheet and of an attention sheet (d_model = d_k = D) of the
-    same length."""
+    same length (the attention kind found by its name: a kind imports no other kind)."""
+    attention = get_kind("attention")
     return [{"seq_len": n,
              "ssm": formula_cells(Ssm, {"seq_len": n, "d_model": d_model, "d_state": d_state}),
-             "attention": formula_cells(Attention, {"seq_len": n, "d_model": d_model,
+             "attention": formula_cells(attention, {"seq_len": n, "d_model": d_model,
                                                     "d_k": d_model})}
             for n in lengths]
 

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reference.train import train_ref
-from sheets._bands import CAUSAL_MASK, QUERY_KEY, positions_from_1, softmax_steps
-from sheets.encoder_block import excel_number
+from sheets._blocks.attention import CAUSAL_MASK, QUERY_KEY
+from sheets._blocks.labels import positions_from_1
+from sheets._blocks.literals import excel_number
+from sheets._blocks.softmax import softmax_band, softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     BROADCAST,
@@ -37,12 +39,11 @@ from workbook_builder.sheet import (
     Kind,
     Map,
     MatMul,
-    MatMulT,
-    MatTMul,
     Reduce,
     Rows,
     Series,
     Step,
+    WholeNumbers,
     section,
 )
 
@@ -96,10 +97,11 @@ def steps_from_1(p) -> list[int]:
 
 # -- the task and the initial weights -------------------------------------------------------
 TOKEN_IDS = Input("TOKEN_IDS", "seq_len", 1, "token t_i at each position (an id 0 … c−1)",
-                  positions_from_1, ["t"])
+                  positions_from_1, ["t"], values=WholeNumbers(0, "vocab", "a token id"))
 LOOK_AT = Input("LOOK_AT", "seq_len", 1, "position p_i each position must look at",
                 positions_from_1, ["p"],
-                note="Position i must output the token at position p_i.")
+                note="Position i must output the token at position p_i.",
+                values=WholeNumbers(1, lambda p: p.seq_len + 1, "a position to look at"))
 W_Q = Input("W_Q", _d_model, "d_k", "initial query weights", x_labels, "k")
 W_K = Input("W_K", _d_model, "d_k", "initial key weights", x_labels, "k")
 W_V = Input("W_V", _d_model, "d_k", "initial value weights", x_labels, "v")
@@ -123,7 +125,7 @@ X = Step("X", "X = [one-hot t_i | one-hot i | one-hot p_i]",
          "at.", row_labels=positions_from_1, col_labels=x_labels)
 # y_i = t_{p_i}: INDEX counts from 1, as the positions do
 TARGET = Step("TARGET", "y_i = t_{p_i}", ByRow(
-    "seq_len", BROADCAST, lambda i, env, _: f"=INDEX({env['TOKEN_IDS'].col(0)},"
+    "seq_len", BROADCAST, lambda i, _, env: f"=INDEX({env['TOKEN_IDS'].col(0)},"
                                             f"{env['LOOK_AT'].cell(i, 0)},1)", per_cell=True),
     "The token each position must output: the one at the position it looks at.",
     row_labels=positions_from_1, col_labels=["y"], number_format="0")
@@ -160,7 +162,7 @@ def forward(p, run: Run, t: int) -> list[list]:
     """Q, K, V; scores and their softmax; output, logits and their softmax; the loss."""
     n = run.name
     mask = "MASK" if p.causal else None
-    scores = [Step(n("SCORES", t), "S = Q·Kᵀ", MatMulT(n("Q", t), n("K", t)),
+    scores = [Step(n("SCORES", t), "S = Q·Kᵀ", MatMul(n("Q", t), n("K", t), transpose="b"),
                    "Dot product of query i with key j.", corner=QUERY_KEY)]
     if run.scaled:
         scores.append(Step(n("SCALED", t), "Ŝ = S / √d_k   (d_k = {d_k})",
@@ -172,7 +174,15 @@ def forward(p, run: Run, t: int) -> list[list]:
     logits, lmax, lexp, lsum = (n(b, t) for b in ("LOGITS", "LOGIT_MAX", "LOGIT_EXP",
                                                   "LOGIT_SUM"))
 
-    def nll(i, env, _):  # −ln p_{i,y_i} = m_i + ln ℓ_i − z_{i,y_i}
+    # P = softmax of each row of Z, its max, exp, sum and divide visible
+    probs = softmax_band(
+        logits, (lmax, lexp, lsum, n("PROBS", t)),
+        ("m_i = max_v Z_iv", "E = exp(Z − m)", "ℓ_i = Σ_v E_iv", "P = E / ℓ"),
+        ("Largest logit of each row (subtracted before EXP).",
+         "Exponential of each shifted logit.", "The softmax denominator of each row.",
+         "The model's probability of every token id at each position."))
+
+    def nll(i, _, env):  # −ln p_{i,y_i} = m_i + ln ℓ_i − z_{i,y_i}
         return (f"={env[lmax].cell(i, 0)}+LN({env[lsum].cell(i, 0)})"
                 f"-SUMPRODUCT({env['Y'].row(i)},{env[logits].row(i)})")
 
@@ -186,14 +196,8 @@ def forward(p, run: Run, t: int) -> list[list]:
               "Each row mixes the value rows by that row's weights."),
          Step(logits, "Z = O·W_OUT", MatMul(n("OUTPUT", t), run.weight("W_OUT", t)),
               "One score per token id: the read-out sees only the attention's output."),
-         Step(lmax, "m_i = max_v Z_iv", Rows("=MAX({Z})", Z=logits),
-              "Largest logit of each row (subtracted before EXP).", col_labels=["max"])],
-        [Step(lexp, "E = exp(Z − m)", Map("=EXP({Z}-{M})", Z=logits, M=lmax),
-              "Exponential of each shifted logit."),
-         Step(lsum, "ℓ_i = Σ_v E_iv", Rows("=SUM({E})", E=lexp),
-              "The softmax denominator of each row.", col_labels=["sum"]),
-         Step(n("PROBS", t), "P = E / ℓ", Map("={E}/{L}", E=lexp, L=lsum),
-              "The model's probability of every token id at each position.", heatmap=True),
+         probs[0]],
+        [*probs[1:],
          Step(n("NLL", t), "−ln P_i,y_i = m_i + ln ℓ_i − Σ_v Y_iv·Z_iv",
               ByRow("seq_len", 1, nll, per_cell=True),
               "Cross-entropy of each position, from the logits (no log of a tiny P).",
@@ -224,14 +228,15 @@ def backward(p, run: Run, t: int) -> list[list]:
         [Step(n("D_LOGITS", t), "dZ = (P − Y) / n",
               Map("=({P}-{Y})/{seq_len}", P=n("PROBS", t), Y="Y"),
               "The gradient of the mean cross-entropy with respect to the logits."),
-         Step(n("D_W_OUT", t), "dW_OUT = Oᵀ·dZ", MatTMul(n("OUTPUT", t), n("D_LOGITS", t)),
+         Step(n("D_W_OUT", t), "dW_OUT = Oᵀ·dZ",
+              MatMul(n("OUTPUT", t), n("D_LOGITS", t), transpose="a"),
               "Read-out weights: each output column against each logit's gradient."),
-         Step(n("D_OUTPUT", t), "dO = dZ·W_OUTᵀ", MatMulT(n("D_LOGITS", t), w_out),
+         Step(n("D_OUTPUT", t), "dO = dZ·W_OUTᵀ", MatMul(n("D_LOGITS", t), w_out, transpose="b"),
               "Back through the read-out to the attention's output.")],
-        [Step(n("D_WEIGHTS", t), "dA = dO·Vᵀ", MatMulT(n("D_OUTPUT", t), n("V", t)),
+        [Step(n("D_WEIGHTS", t), "dA = dO·Vᵀ", MatMul(n("D_OUTPUT", t), n("V", t), transpose="b"),
               "Back to the attention weights: how L moves with each A_ij.",
               corner=QUERY_KEY),
-         Step(n("D_V", t), "dV = Aᵀ·dO", MatTMul(n("WEIGHTS", t), n("D_OUTPUT", t)),
+         Step(n("D_V", t), "dV = Aᵀ·dO", MatMul(n("WEIGHTS", t), n("D_OUTPUT", t), transpose="a"),
               "Back to the values: each value row collects the gradient of the rows that "
               "read it.", row_labels=positions_from_1),
          Step(n("ROW_DOT", t), "r_i = Σ_j dA_ij·A_ij",
@@ -240,9 +245,9 @@ def backward(p, run: Run, t: int) -> list[list]:
         [softmax_back, *scale_back],
         [Step(n("D_Q", t), "dQ = dS·K", MatMul(n("D_SCORES", t), n("K", t)),
               "Back to the queries."),
-         Step(n("D_K", t), "dK = dSᵀ·Q", MatTMul(n("D_SCORES", t), n("Q", t)),
+         Step(n("D_K", t), "dK = dSᵀ·Q", MatMul(n("D_SCORES", t), n("Q", t), transpose="a"),
               "Back to the keys.", row_labels=positions_from_1)],
-        [Step(n(f"D_W_{b}", t), f"dW_{b} = Xᵀ·d{b}", MatTMul("X", n(f"D_{b}", t)),
+        [Step(n(f"D_W_{b}", t), f"dW_{b} = Xᵀ·d{b}", MatMul("X", n(f"D_{b}", t), transpose="a"),
               f"The gradient of the {what} weights: what this step changes.")
          for b, what in (("Q", "query"), ("K", "key"), ("V", "value"))],
     ]
@@ -295,10 +300,10 @@ def step_sections(p, run: Run, t: int) -> list:
 # -- the curves ------------------------------------------------------------------------------
 def curve_steps(p, run: Run) -> list[Step]:
     """LOSS: L of every step; GRAD_NORM: ‖dW_Q‖_F of every step."""
-    def loss(i, env, _):
+    def loss(i, _, env):
         return f"={env[run.name('LOSS', i + 1)].fixed(0, 0)}"
 
-    def norm(i, env, _):
+    def norm(i, _, env):
         grad = env[run.name("D_W_Q", i + 1)].whole()
         return f"=SQRT(SUMPRODUCT({grad},{grad}))"
 
@@ -330,23 +335,12 @@ def curves_section(p):
                    [step for r in runs for step in curve_steps(p, r)] + [loss, norm])
 
 
-def _checked_train_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
-    """train's reference, after TOKEN_IDS and LOOK_AT are found to be ids and positions."""
-    for name, low, high in (("TOKEN_IDS", 0, params.vocab - 1),
-                            ("LOOK_AT", 1, params.seq_len)):
-        for i, value in enumerate(inputs[name][:, 0]):
-            if value != int(value) or not low <= value <= high:
-                raise UserError(f"{name} row {i + 1} holds {value:g}: it must be a whole "
-                                f"number {low} … {high}")
-    return train_ref(inputs, params)
-
-
 class Train(Kind):
     name = "train"
     summary = "attention that learns: forward, every gradient and K SGD steps as formulas"
     sheet_title = "Train"
     Params = TrainParams
-    reference = staticmethod(_checked_train_ref)
+    reference = staticmethod(train_ref)
     inputs = [TOKEN_IDS, LOOK_AT, *INITIAL]
     test_cases = [
         {"seq_len": 3, "vocab": 3, "d_k": 2, "steps": 2},
@@ -373,8 +367,6 @@ class Train(Kind):
 
     @classmethod
     def random_input(cls, name, shape, p, rng):
-        if name == "TOKEN_IDS":
-            return rng.integers(0, p.vocab, size=shape).astype(float)
         if name == "LOOK_AT":  # causal: position i can only see 1 … i
             highs = np.arange(1, p.seq_len + 1) if p.causal else np.full(p.seq_len, p.seq_len)
             return np.array([[rng.integers(1, high + 1)] for high in highs], dtype=float)

@@ -16,7 +16,7 @@ from workbook_builder.checking.check import check_workbook
 from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
-from workbook_builder.sheet.declare import MatMul, MatMulT
+from workbook_builder.sheet.declare import MatMul
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.limits import place_kind
@@ -32,9 +32,10 @@ TEACHING = {
 
 
 def products(kind, params):
-    """(step name, its product formula) for every matrix product the kind declares."""
+    """(step name, its product formula) for every matrix product A·B or A·Bᵀ the kind
+    declares (the hand layout writes Aᵀ·B as `cells` does)."""
     return [(s.name, s.formula) for s in kind.steps(params)
-            if isinstance(s.formula, MatMul | MatMulT)]
+            if isinstance(s.formula, MatMul) and s.formula.transpose != "a"]
 
 
 def operands(formula, blocks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -45,9 +46,8 @@ def operands(formula, blocks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray 
         a = a[:, formula.a_cols[0]:formula.a_cols[1] + 1]
     if formula.b_cols:
         b = b[:, formula.b_cols[0]:formula.b_cols[1] + 1]
-    if isinstance(formula, MatMulT):
-        return a, b.T, None
-    return a, b, None if formula.plus is None else blocks[formula.plus]
+    bias = None if formula.plus is None else blocks[formula.plus]
+    return a, b.T if formula.transpose == "b" else b, bias
 
 
 def values_at(values, sheet: str, top: int, left: int, rows: int, cols: int) -> np.ndarray:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from conftest import build
 
-from sheets._bands import CAUSAL_MASK, QKV_INPUTS, projections, softmax_steps
-from sheets.attention import AttentionParams
+from sheets._blocks.attention import CAUSAL_MASK, QKV_INPUTS, AttentionParams, projections
+from sheets._blocks.softmax import softmax_steps
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.sheet import Kind, Map, MatMul, MatMulT, Step, section
+from workbook_builder.sheet import Kind, Map, MatMul, Step, section
 from workbook_builder.sheet.kind import KINDS
 
 
@@ -43,7 +43,7 @@ def tempered_kind():
             mask = "MASK" if p.causal else None
             return [section("Inputs", QKV_INPUTS), section("Projections", projections()),
                     section("Scores over √d_k·τ", [
-                        Step("SCORES", "S = Q·Kᵀ", MatMulT("Q", "K")),
+                        Step("SCORES", "S = Q·Kᵀ", MatMul("Q", "K", transpose="b")),
                         Step("TEMPERED", "S / (√d_k·τ)",
                              Map("={S}/(SQRT({d_k})*{temperature})", S="SCORES")),
                         *([CAUSAL_MASK] if mask else [])]),

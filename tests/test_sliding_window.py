@@ -238,11 +238,12 @@ def test_an_edited_pick_checks_in_libreoffice_too(tmp_path, layout):
 def test_a_pick_that_is_not_a_key_is_one_line_on_check(tmp_path, value, shown):
     path = build(tmp_path, "sliding-window", BIGBIRD)
     wb = openpyxl.load_workbook(path)
-    cell_of(wb, "RANDOM_KEYS", 2, 1).value = value
+    pick = cell_of(wb, "RANDOM_KEYS", 2, 1)  # queries 4–5, pick r2
+    pick.value = value
     wb.save(path)
     line = one_line_error(cli("check", path))
-    assert f"input RANDOM_KEYS (queries 4–5, pick r2) {shown}: a random key must be a " \
-           f"whole position 0 … 7" in line
+    assert f"input RANDOM_KEYS cell {pick.parent.title}!{pick.coordinate} {shown}: a " \
+           f"random key is a whole number 0 … 7" in line
 
 
 def test_picks_given_by_hand_set_random_and_are_checked(tmp_path):
@@ -262,7 +263,8 @@ def test_picks_given_by_hand_set_random_and_are_checked(tmp_path):
     np.testing.assert_array_equal(mask, allowed_by_sets(6, 1, [], [[5], [0], [1]], 2))
     picks.write_text(json.dumps({"RANDOM_KEYS": [[5], [0], [6]]}))
     bad = cli("build", "sliding-window", "-o", tmp_path / "bad.xlsx", "--inputs", picks)
-    assert "(queries 4–5, pick r1) holds 6" in one_line_error(bad)
+    assert "input RANDOM_KEYS row 3 holds 6: a random key is a whole number 0 … 5" in \
+        one_line_error(bad)
     assert not (tmp_path / "bad.xlsx").exists()
 
 

@@ -73,7 +73,7 @@ def test_build_imports_the_kind_it_builds_alone(tmp_path):
                                    str(tmp_path / "s.xlsx"))
     assert code == 0 and (tmp_path / "s.xlsx").exists()
     assert _kind_modules(modules) == _kind_modules_importing("sheets.ssm")
-    assert len(_kind_modules(modules)) < 4  # ssm builds on attention, not on every kind
+    assert _kind_modules(modules) == {"sheets.ssm"}  # a kind imports no other kind
     assert [m for m in NEVER_AT_START if m in modules] == []
 
 

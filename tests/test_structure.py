@@ -163,3 +163,34 @@ def test_the_command_line_reaches_the_machinery_only_through_the_api():
                 assert target.startswith(("workbook_builder.cli", "workbook_builder.api")) \
                     or target in ("workbook_builder", "workbook_builder.errors"), \
                     f"{name} imports {target}"
+
+
+def kind_module_imports(modules: dict[str, Path]) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a kind's module (sheets.<kind>) by another
+    module of sheets/: a kind shares steps through the shared modules sheets/_*, never
+    through another kind (the shared modules import no kind either)."""
+    def kind(name: str) -> bool:
+        return name.startswith("sheets.") and not name.split(".")[1].startswith("_")
+
+    return sorted({(name, target) for name, path in modules.items()
+                   if name.startswith("sheets.")
+                   for target, _, _ in imports_of(path, modules)
+                   if kind(target) and target.split(".")[:2] != name.split(".")[:2]})
+
+
+def test_no_kind_imports_another_kinds_module():
+    modules = project_modules()
+    assert sum(name.startswith("sheets._blocks.") for name in modules) > 5
+    assert kind_module_imports(modules) == []
+
+
+def test_a_kind_importing_another_kind_is_found(tmp_path):
+    files = {"sheets.gpt": "from sheets.decoder_block import X\n"
+                           "from sheets._blocks.layers import Y\n",
+             "sheets.decoder_block": "from sheets._blocks.layers import Y\n",
+             "sheets._blocks.layers": "from workbook_builder.sheet import Step\n"}
+    modules = {}
+    for name, text in files.items():
+        modules[name] = tmp_path / f"{name}.py"
+        modules[name].write_text(text)
+    assert kind_module_imports(modules) == [("sheets.gpt", "sheets.decoder_block")]

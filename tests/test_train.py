@@ -291,8 +291,10 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("block,value,message", [
-    ("TOKEN_IDS", [[0], [1], [3]], "TOKEN_IDS row 3 holds 3: it must be a whole number 0 … 2"),
-    ("LOOK_AT", [[1], [2], [0]], "LOOK_AT row 3 holds 0: it must be a whole number 1 … 3"),
+    ("TOKEN_IDS", [[0], [1], [3]], "input TOKEN_IDS row 3 holds 3: a token id is a whole "
+                                   "number 0 … 2"),
+    ("LOOK_AT", [[1], [2], [0]], "input LOOK_AT row 3 holds 0: a position to look at is a "
+                                 "whole number 1 … 3"),
     ("LOOK_AT", [[1], [2.5], [1]], "LOOK_AT row 2 holds 2.5"),
 ])
 def test_bad_ids_in_inputs_exit_2_with_one_line(tmp_path, block, value, message):

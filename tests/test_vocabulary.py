@@ -1,6 +1,8 @@
-"""The vocabulary says what it means: a kind's templates are checked before anything is
-written (an unknown block or parameter, shapes that do not fit), only BROADCAST sizes
-broadcast, and a recurrence down the rows (`Scan`) renders alike in every layout."""
+"""The vocabulary says what it means: a template is parsed once, when it is declared, and a
+bad slot fails there; a kind's templates are checked before anything is written (an
+unknown block or parameter, shapes that do not fit); only BROADCAST sizes broadcast; a
+recurrence down the rows (`Scan`) reads only its own rows above, and renders alike in every
+layout; an input's rule (`WholeNumbers`) refuses what it does not allow."""
 
 from dataclasses import dataclass
 
@@ -14,22 +16,20 @@ from workbook_builder.checking.check import check_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     BROADCAST,
-    Input,
-    Kind,
     Map,
     MatMul,
-    MatMulT,
     MaxAbsDiff,
     Reduce,
     Rows,
-    Scan,
     Step,
+    WholeNumbers,
+    declare,
     row_or_cell,
     section,
 )
-from workbook_builder.sheet.declare import check_sections
+from workbook_builder.sheet.declare import Input, Scan, check_sections
 from workbook_builder.sheet.hand_layout import sheet_writer
-from workbook_builder.sheet.kind import KINDS, make_params
+from workbook_builder.sheet.kind import KINDS, Kind, complete_inputs, make_params
 from workbook_builder.sheet.registry import load_kinds
 
 
@@ -70,9 +70,9 @@ def check(*steps, inputs=(X, W)) -> None:
     (Step("S", "s", MatMul("X", "W", b_cols=(1, 2))),
      "kind toy, step S, MatMul(X, W, b_cols=(1, 2)): columns 1…2 are not columns of W "
      "(2 columns)"),
-    (Step("S", "s", MatMulT("X", "W", b_cols=(0, 0))),
-     "kind toy, step S, MatMulT(X, W, b_cols=(0, 0)): inner sizes disagree: X gives 2 "
-     "columns, W gives 1"),
+    (Step("S", "s", MatMul("X", "W", b_cols=(0, 0), transpose="b")),
+     "kind toy, step S, MatMul(X, W, b_cols=(0, 0), transpose='b'): inner sizes disagree: "
+     "X gives 2 columns, W gives 1"),
     (Step("S", "s", Rows("=SUM({X})+SUM({W})")),
      "kind toy, step S, Rows('=SUM({X})+SUM({W})'): W has 2 rows, not 3, and is not "
      "declared BROADCAST rows"),
@@ -85,6 +85,49 @@ def test_a_mistake_in_a_template_names_kind_step_and_template(step, says):
     with pytest.raises(ValueError) as caught:
         check(step)
     assert str(caught.value) == says
+
+
+@pytest.mark.parametrize("declare_it, says", [
+    (lambda: Map("={X}+{W"), "Map('={X}+{W'): a brace that opens no {slot}"),
+    (lambda: Map("={X}}"), "Map('={X}}'): a brace that opens no {slot}"),
+    (lambda: Map("={P}*2", P="X", Q="W"), "Map('={P}*2', P='X', Q='W'): the alias Q is not "
+                                         "a slot of the template"),
+    (lambda: Map("={P}*2", P="exp"), "Map('={P}*2', P='exp'): the alias P names 'exp', not "
+                                     "a block (upper case)"),
+    (lambda: Rows("=SUM({X})+{ROW_LABEL}"), "Rows('=SUM({X})+{ROW_LABEL}'): {ROW_LABEL}: "
+                                            "this formula has no labels of its own to read"),
+    (lambda: Reduce("=SUM({X)"), "Reduce('=SUM({X)'): a brace that opens no {slot}"),
+    (lambda: MatMul("X", "W", transpose="w"), "MatMul(X, W): transpose is None, \"a\" (Aᵀ·B) "
+                                              "or \"b\" (A·Bᵀ), not 'w'"),
+])
+def test_a_bad_slot_fails_where_the_formula_is_declared(declare_it, says):
+    """No parameters and no sheet are needed to find these: the template is parsed once,
+    when the formula object is made."""
+    with pytest.raises(ValueError) as caught:
+        declare_it()
+    assert says in str(caught.value)
+
+
+def test_a_declared_template_is_not_parsed_again_when_written(tmp_path, toy_kind,
+                                                             monkeypatch):
+    """Writing the sheet renders the pieces parsed at declaration, in every layout."""
+    toy_kind.steps_declared = [Step("PLUS_B", "X + b", Map("={X}+{B}")),
+                               Step("ROW_SUM", "Σ", Rows("=SUM({X})")),
+                               Step("TOTAL", "ΣΣ", Reduce("=SUM({X})"))]
+
+    def parse_again(template):
+        raise AssertionError(f"parsed again: {template}")
+
+    def sums_ref(inputs, p):
+        x = inputs["X"]
+        return {"PLUS_B": x + inputs["B"], "ROW_SUM": x.sum(axis=1, keepdims=True),
+                "TOTAL": x.sum(keepdims=True)}
+
+    monkeypatch.setattr(toy_kind, "reference", staticmethod(sums_ref))
+
+    monkeypatch.setattr(declare, "parse_template", parse_again)
+    for layout in ("cells", "blocks"):
+        build(tmp_path, "toy", {"seq_len": 2, "d_model": 2}, layout=layout)
 
 
 def test_a_step_reading_a_later_block_is_refused():
@@ -121,7 +164,7 @@ class Toy(Kind):
         return [section("inputs", [X, BIAS]), section("steps", cls.steps_declared)]
 
 
-def running_sum(t, env, j):  # R_t = R_{t−1} + X_t
+def running_sum(t, j, env):  # R_t = R_{t−1} + X_t
     x = row_or_cell(env["X"], t, j)
     return f"={x}" if t == 0 else f"={row_or_cell(env.me, t - 1, j)}+{x}"
 
@@ -201,3 +244,45 @@ def test_every_kind_passes_its_own_check(kind_name, values):
             pytest.skip(f"example {values}: {exc}")
     params = make_params(kind, values)
     list(kind.sections(params))  # checked as drawn
+
+
+def reads_its_own_row(t, j, env):  # wrong: row t reads row t of itself (a cycle)
+    return f"={row_or_cell(env.me, t, j)}+1"
+
+
+def reads_its_own_column(t, j, env):  # wrong: a column of itself, rows below t too
+    return f"=SUM({env.me.col(0)})"
+
+
+@pytest.mark.parametrize("row, says", [
+    (reads_its_own_row, "Scan(reads_its_own_row): row 1 reads row 1 of its own block"),
+    (reads_its_own_column, "Scan(reads_its_own_column): row 1 reads row 3 of its own block"),
+])
+def test_a_scan_reads_only_its_own_rows_above(row, says):
+    with pytest.raises(ValueError) as caught:
+        check(Step("S", "s", Scan("seq_len", "d_model", row)))
+    assert f"kind toy, step S, {says}: a Scan's row t reads only the rows above it" \
+        in str(caught.value)
+    check(Step("S", "s", Scan("seq_len", "d_model", running_sum)))  # R_{t−1}: allowed
+
+
+IDS = Input("IDS", "seq_len", 1, "ids", values=WholeNumbers(0, "d_model", "an id"))
+
+
+class Ids(Kind):
+    summary, sheet_title = "ids", "Ids"
+    Params, inputs = ToyParams, (IDS,)
+
+
+@pytest.mark.parametrize("ids, says", [
+    ([[0], [1], [2]], "input IDS row 3 holds 2: an id is a whole number 0 … 1"),
+    ([[0], [0.5], [1]], "input IDS row 2 holds 0.5: an id is a whole number 0 … 1"),
+    ([[-1], [0], [1]], "input IDS row 1 holds -1: an id is a whole number 0 … 1"),
+])
+def test_an_input_rule_refuses_what_it_does_not_allow(ids, says):
+    """Where inputs are completed: given by hand (a file read back is checked by
+    `check`, as the kinds' tests show: gpt's token ids, BigBird's picks)."""
+    with pytest.raises(UserError) as caught:
+        complete_inputs(Ids, ToyParams(), {"IDS": np.array(ids)}, 0)
+    assert str(caught.value) == says
+    assert complete_inputs(Ids, ToyParams(), {"IDS": np.array([[0], [1], [1]])}, 0)

@@ -43,6 +43,7 @@ from workbook_builder.sheet.constants import (
     constant_blocks,
     constant_value,
 )
+from workbook_builder.sheet.kind import check_input_rules
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 
@@ -144,9 +145,10 @@ def read_inputs(wb: Workbook, kind, params, path: Path,
     """The input blocks as they are now; a cell holding a formula takes its evaluated value.
     Text, blanks and error values are refused with the cell's address. `places`: where
     the layout puts each block (`hold_to_layout`), read instead of where the names point."""
-    inputs = {}
+    inputs, read_at = {}, {}
     for name, shape in kind.input_shapes(params).items():
         where = find_block(wb, name, path, shape) if places is None else places[name]
+        read_at[name] = where
         ws = wb[where.sheet]
         array = constant_block_at(ws, where.top, where.left, where.bottom, where.right)
         if array is not None:  # plain numbers, checked finite when read
@@ -168,6 +170,8 @@ def read_inputs(wb: Workbook, kind, params, path: Path,
                                              where.left + j))
                 block[i, j] = _input_number(value, name, where.address(i, j), path)
         inputs[name] = block
+    check_input_rules(kind, params, inputs,  # a rule declared on an input, e.g. token ids
+                      lambda name, i, j: f"{path}: input {name} cell {read_at[name].address(i, j)}")
     return inputs
 
 

@@ -12,8 +12,6 @@ from workbook_builder.sheet.declare import (
     Input,
     Map,
     MatMul,
-    MatMulT,
-    MatTMul,
     MaxAbsDiff,
     Reduce,
     Rows,
@@ -22,6 +20,7 @@ from workbook_builder.sheet.declare import (
     Series,
     Step,
     Table,
+    WholeNumbers,
     dims,
     row_or_cell,
     rows_of,
@@ -30,6 +29,6 @@ from workbook_builder.sheet.declare import (
 from workbook_builder.sheet.kind import Example, Kind
 
 __all__ = ["BROADCAST", "Block", "ByRow", "Cell", "Chart", "Custom", "Dim", "Env", "Example",
-           "Input", "Kind", "Map", "MatMul", "MatMulT", "MatTMul", "MaxAbsDiff", "Reduce",
-           "Rows", "Scan", "Section", "Series", "Step", "Table", "dims", "row_or_cell",
+           "Input", "Kind", "Map", "MatMul", "MaxAbsDiff", "Reduce", "Rows", "Scan",
+           "Section", "Series", "Step", "Table", "WholeNumbers", "dims", "row_or_cell",
            "rows_of", "section"]

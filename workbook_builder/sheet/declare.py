@@ -13,6 +13,9 @@ Placeholders in formula templates:
                   Map("={P}/{L}", P="EXP")
     {ROW_LABEL}   this block's row label (its column label: {COL_LABEL}), e.g. a position
     {param}       a parameter (lower case), e.g. {d_k}
+A template is parsed once, when its formula is declared: a brace that opens no slot, an
+alias the template never uses or one that names no block (upper case) is a ValueError
+there and then.
 Sizes are parameter names ("seq_len"), numbers, functions of the parameters, or
 BROADCAST: one row (as `rows`) or one column (as `cols`) that every row or column of a
 larger block reads, as a bias row or a row max does. Only BROADCAST broadcasts: a size that
@@ -25,6 +28,8 @@ block or parameter, or blocks whose shapes do not fit, is a ValueError naming th
 step and the template.
 """
 
+import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +65,58 @@ Labels = str | Sequence | Callable[[Any], Sequence]
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SELF_LABELS = {"ROW_LABEL", "COL_LABEL"}
+# a template as its pieces: the text before each {slot} and the slot's name (None after the
+# last slot)
+Pieces = tuple[tuple[str, str | None], ...]
+
+
+@functools.cache
+def parse_template(template: str) -> Pieces:
+    """A template as (text, slot) pieces, parsed once per template text; a brace that
+    opens or closes no {slot} is a ValueError naming the template."""
+    pieces, at = [], 0
+    for match in _PLACEHOLDER.finditer(template):
+        pieces.append((template[at:match.start()], match.group(1)))
+        at = match.end()
+    pieces.append((template[at:], None))
+    if any("{" in text or "}" in text for text, _ in pieces):
+        raise ValueError(f"{template!r}: a brace that opens no {{slot}} (a slot is "
+                         f"{{NAME}} or {{param}})")
+    return tuple(pieces)
+
+
+def slots_of(pieces: Pieces) -> list[str]:
+    return [slot for _, slot in pieces if slot is not None]
+
+
+def declared_template(item: str, template: str, aliases: Mapping[str, str],
+                      self_labels: bool = True) -> Pieces:
+    """The template parsed, at declaration: every alias used and naming a block (upper
+    case), {ROW_LABEL}/{COL_LABEL} only where the formula has labels of its own. A
+    ValueError names the formula and the template."""
+    def refused(problem: str) -> ValueError:
+        return ValueError(f"{item}({template!r}{_aliases_text(aliases)}): {problem}")
+
+    try:
+        pieces = parse_template(template)
+    except ValueError as exc:
+        raise refused(str(exc).split(": ", 1)[1]) from None
+    slots = slots_of(pieces)
+    for alias, name in aliases.items():
+        if alias not in slots:
+            raise refused(f"the alias {alias} is not a slot of the template")
+        if not name.isupper():
+            raise refused(f"the alias {alias} names {name!r}, not a block (upper case)")
+    if not self_labels:
+        labels = sorted(_SELF_LABELS & set(slots))
+        if labels:
+            raise refused(f"{{{labels[0]}}}: this formula has no labels of its own to read")
+    return pieces
+
+
+def fill_template(pieces: Pieces, fill: Callable[[str], str]) -> str:
+    """The template's text with each slot replaced by `fill(slot)`."""
+    return "".join(text + (fill(slot) if slot is not None else "") for text, slot in pieces)
 
 
 def size_of(size: Size, params) -> int:
@@ -174,11 +231,11 @@ def block_named(env: Env, name: str) -> Block:
         raise ValueError(f"no block {name} is placed before this step") from None
 
 
-def check_slots(template: str, aliases: Mapping[str, str], env: Env,
+def check_slots(pieces: Pieces, aliases: Mapping[str, str], env: Env,
                 self_labels: bool = True) -> None:
-    """Every {slot} of a template names a block placed so far, a parameter, or (where
-    allowed) this block's own labels."""
-    for slot in _PLACEHOLDER.findall(template):
+    """Every {slot} of a parsed template names a block placed so far, a parameter, or
+    (where allowed) this block's own labels."""
+    for slot in slots_of(pieces):
         if self_labels and slot in _SELF_LABELS:
             continue
         name = aliases.get(slot, slot)
@@ -255,6 +312,7 @@ class Map(Formula):
     cols: Size | None = None
     per_cell: bool = False          # one formula per cell in `blocks` too
     labels_from: str | None = None  # the block whose labels this one takes
+    pieces: Pieces = field(default=(), compare=False, repr=False)
 
     def __init__(self, template: str, rows: Size | None = None, cols: Size | None = None,
                  per_cell: bool = False, labels_from: str | None = None, **aliases: str):
@@ -264,10 +322,11 @@ class Map(Formula):
         object.__setattr__(self, "cols", cols)
         object.__setattr__(self, "per_cell", per_cell)
         object.__setattr__(self, "labels_from", labels_from)
+        object.__setattr__(self, "pieces", declared_template("Map", template, aliases))
 
     def _refs(self, env: Env) -> list[str]:
         names = []
-        for slot in _PLACEHOLDER.findall(self.template):
+        for slot in slots_of(self.pieces):
             name = self.aliases.get(slot, slot)
             if slot not in _SELF_LABELS and name.isupper() and name not in names:
                 names.append(name)
@@ -280,7 +339,7 @@ class Map(Formula):
         return max(b.rows for b in blocks), max(b.cols for b in blocks)
 
     def check(self, env):
-        check_slots(self.template, self.aliases, env)
+        check_slots(self.pieces, self.aliases, env)
         if self.labels_from is not None:
             block_named(env, self.labels_from)
         if not self._refs(env) and (self.rows is None or self.cols is None):
@@ -305,8 +364,7 @@ class Map(Formula):
 
     def _render(self, env: Env, ref: Callable[[Block], str], row_label: str,
                 col_label: str) -> str:
-        def fill(match: re.Match) -> str:
-            slot = match.group(1)
+        def fill(slot: str) -> str:
             if slot == "ROW_LABEL":
                 return row_label
             if slot == "COL_LABEL":
@@ -316,7 +374,7 @@ class Map(Formula):
                 return ref(env[name])
             return str(getattr(env.params, name))
 
-        return _PLACEHOLDER.sub(fill, self.template)
+        return fill_template(self.pieces, fill)
 
     def cell(self, i, j, env):
         def ref(block: Block) -> str:
@@ -342,22 +400,25 @@ class Rows(Formula):
     template: str
     aliases: Mapping[str, str] = field(default_factory=dict)
     upto: Callable[[int], int] | None = None
+    pieces: Pieces = field(default=(), compare=False, repr=False)
 
     def __init__(self, template: str, upto: Callable[[int], int] | None = None,
                  **aliases: str):
         object.__setattr__(self, "template", template)
         object.__setattr__(self, "aliases", aliases)
         object.__setattr__(self, "upto", upto)
+        object.__setattr__(self, "pieces",
+                           declared_template("Rows", template, aliases, self_labels=False))
 
     def _names(self) -> list[str]:
-        return [self.aliases.get(s, s) for s in _PLACEHOLDER.findall(self.template)
+        return [self.aliases.get(s, s) for s in slots_of(self.pieces)
                 if self.aliases.get(s, s).isupper()]
 
     def shape(self, env):
         return max(env[name].rows for name in self._names()), 1
 
     def check(self, env):
-        check_slots(self.template, self.aliases, env, self_labels=False)
+        check_slots(self.pieces, self.aliases, env, self_labels=False)
         if not self._names():
             raise ValueError("reads no block")
         rows = self.shape(env)[0]
@@ -376,8 +437,8 @@ class Rows(Formula):
         return env.labels[first][0], None
 
     def cell(self, i, j, env):
-        def fill(match: re.Match) -> str:
-            name = self.aliases.get(match.group(1), match.group(1))
+        def fill(slot: str) -> str:
+            name = self.aliases.get(slot, slot)
             if not name.isupper():
                 return str(getattr(env.params, name))
             block = env[name]
@@ -385,17 +446,31 @@ class Rows(Formula):
             last = None if self.upto is None else self.upto(i)
             return block.row(row, 0, last)
 
-        return Cell(_PLACEHOLDER.sub(fill, self.template))
+        return Cell(fill_template(self.pieces, fill))
+
+
+TRANSPOSES = (None, "a", "b")
 
 
 @dataclass(frozen=True)
-class _Product(Formula):
-    """A product of blocks A and B over optional column slices (0-based, inclusive)."""
+class MatMul(Formula):
+    """C = A·B (+ a bias row added to every row), over optional column slices of A and B
+    (0-based, inclusive). `transpose="b"` makes it A·Bᵀ: cell (i, j) the dot product of row
+    i of A's slice with row j of B's; `transpose="a"` Aᵀ·B: the dot product of column i of
+    A's slice with column j of B's. Cell (i, j) of A·B is MMULT(row i of A, column j of B);
+    `blocks` writes the product as one MMULT, with TRANSPOSE of the transposed operand."""
 
     a: str
     b: str
     a_cols: tuple[int, int] | None = None
     b_cols: tuple[int, int] | None = None
+    plus: str | None = None  # a 1-row block added to every row
+    transpose: str | None = None  # None: A·B; "b": A·Bᵀ; "a": Aᵀ·B
+
+    def __post_init__(self):
+        if self.transpose not in TRANSPOSES:
+            raise ValueError(f"MatMul({self.a}, {self.b}): transpose is None, \"a\" (Aᵀ·B) "
+                             f"or \"b\" (A·Bᵀ), not {self.transpose!r}")
 
     def _slices(self, env):
         a, b = env[self.a], env[self.b]
@@ -411,36 +486,41 @@ class _Product(Formula):
         return self._slices(env)
 
     def describe(self):
-        slices = "".join(f", {k}={v}" for k, v in (("a_cols", self.a_cols),
-                                                   ("b_cols", self.b_cols)) if v)
-        return f"{type(self).__name__}({self.a}, {self.b}{slices})"
-
-
-@dataclass(frozen=True)
-class MatMul(_Product):
-    """C = A·B (+ a bias row), over optional column slices of A and B. Cell (i, j) is
-    MMULT(row i of A, column j of B)."""
-
-    plus: str | None = None  # a 1-row block added to every row
+        given = (("a_cols", self.a_cols), ("b_cols", self.b_cols), ("plus", self.plus),
+                 ("transpose", self.transpose))
+        return f"MatMul({self.a}, {self.b}" + "".join(f", {k}={v!r}" for k, v in given if v) \
+            + ")"
 
     def shape(self, env):
-        a, _, _, (b0, b1) = self._slices(env)
-        return a.rows, b1 - b0 + 1
+        a, b, (a0, a1), (b0, b1) = self._slices(env)
+        rows = a1 - a0 + 1 if self.transpose == "a" else a.rows
+        return rows, b.rows if self.transpose == "b" else b1 - b0 + 1
 
     def check(self, env):
         a, b, (a0, a1), (b0, b1) = self._checked_slices(env)
-        if a1 - a0 + 1 != b.rows:
+        if self.transpose is None and a1 - a0 + 1 != b.rows:
             raise ValueError(f"inner sizes disagree: {a.name} gives {a1 - a0 + 1} columns, "
                              f"{b.name} has {b.rows} rows")
+        if self.transpose == "b" and a1 - a0 != b1 - b0:
+            raise ValueError(f"inner sizes disagree: {a.name} gives {a1 - a0 + 1} columns, "
+                             f"{b.name} gives {b1 - b0 + 1}")
+        if self.transpose == "a" and a.rows != b.rows:
+            raise ValueError(f"inner sizes disagree: {a.name} has {a.rows} rows, {b.name} "
+                             f"has {b.rows}")
         if self.plus is not None:
-            bias = block_named(env, self.plus)
-            if (bias.rows, bias.cols) != (1, b1 - b0 + 1):
+            bias, cols = block_named(env, self.plus), self.shape(env)[1]
+            if (bias.rows, bias.cols) != (1, cols):
                 raise ValueError(f"bias {bias.name} is {bias.rows}×{bias.cols}, not one row "
-                                 f"of {b1 - b0 + 1}")
+                                 f"of {cols}")
 
     def labels(self, env):
-        _, _, _, (b0, b1) = self._slices(env)
-        return env.labels[self.a][0], env.labels[self.b][1][b0:b1 + 1]
+        _, _, (a0, a1), (b0, b1) = self._slices(env)
+        a_rows, a_cols = env.labels[self.a]
+        b_rows, b_cols = env.labels[self.b]
+        if self.transpose == "b":
+            return a_rows, b_rows
+        b_side = b_cols[b0:b1 + 1]
+        return (a_cols[a0:a1 + 1], b_side) if self.transpose == "a" else (a_rows, b_side)
 
     def _bias(self, env, j: int | None) -> str:
         if self.plus is None:
@@ -449,69 +529,23 @@ class MatMul(_Product):
         return "+" + (bias.whole() if j is None else bias.col(j))
 
     def cell(self, i, j, env):
-        a, b, (a0, a1), (b0, _) = self._slices(env)
-        return Cell(f"=MMULT({a.row(i, a0, a1)},{b.col(b0 + j)}){self._bias(env, j)}")
+        a, b, (a0, a1), (b0, b1) = self._slices(env)
+        if self.transpose == "b":  # row i of A · row j of B
+            product = f"=SUMPRODUCT({a.row(i, a0, a1)},{b.row(j, b0, b1)})"
+        elif self.transpose == "a":  # column i of A · column j of B
+            product = f"=SUMPRODUCT({a.col(a0 + i)},{b.col(b0 + j)})"
+        else:
+            product = f"=MMULT({a.row(i, a0, a1)},{b.col(b0 + j)})"
+        return Cell(product + self._bias(env, j))
 
     def arrays(self, env):
         a, b, (a0, a1), (b0, b1) = self._slices(env)
-        return _whole_block(env, f"=MMULT({a.cols_range(a0, a1)},{b.cols_range(b0, b1)})"
-                                 f"{self._bias(env, None)}")
-
-
-@dataclass(frozen=True)
-class MatMulT(_Product):
-    """C = A·Bᵀ: cell (i, j) is the dot product of row i of A with row j of B."""
-
-    def shape(self, env):
-        return env[self.a].rows, env[self.b].rows
-
-    def check(self, env):
-        a, b, (a0, a1), (b0, b1) = self._checked_slices(env)
-        if a1 - a0 != b1 - b0:
-            raise ValueError(f"inner sizes disagree: {a.name} gives {a1 - a0 + 1} columns, "
-                             f"{b.name} gives {b1 - b0 + 1}")
-
-    def labels(self, env):
-        return env.labels[self.a][0], env.labels[self.b][0]
-
-    def cell(self, i, j, env):
-        a, b, (a0, a1), (b0, b1) = self._slices(env)
-        return Cell(f"=SUMPRODUCT({a.row(i, a0, a1)},{b.row(j, b0, b1)})")
-
-    def arrays(self, env):
-        a, b, (a0, a1), (b0, b1) = self._slices(env)
-        return _whole_block(env, f"=MMULT({a.cols_range(a0, a1)},"
-                                 f"TRANSPOSE({b.cols_range(b0, b1)}))")
-
-
-@dataclass(frozen=True)
-class MatTMul(Formula):
-    """C = Aᵀ·B: cell (i, j) is the dot product of column i of A with column j of B."""
-
-    a: str
-    b: str
-
-    def shape(self, env):
-        return env[self.a].cols, env[self.b].cols
-
-    def labels(self, env):
-        return env.labels[self.a][1], env.labels[self.b][1]
-
-    def check(self, env):
-        a, b = block_named(env, self.a), block_named(env, self.b)
-        if a.rows != b.rows:
-            raise ValueError(f"inner sizes disagree: {a.name} has {a.rows} rows, {b.name} "
-                             f"has {b.rows}")
-
-    def describe(self):
-        return f"MatTMul({self.a}, {self.b})"
-
-    def cell(self, i, j, env):
-        return Cell(f"=SUMPRODUCT({env[self.a].col(i)},{env[self.b].col(j)})")
-
-    def arrays(self, env):
-        return _whole_block(env, f"=MMULT(TRANSPOSE({env[self.a].whole()}),"
-                                 f"{env[self.b].whole()})")
+        left, right = a.cols_range(a0, a1), b.cols_range(b0, b1)
+        if self.transpose == "a":
+            left = f"TRANSPOSE({left})"
+        elif self.transpose == "b":
+            right = f"TRANSPOSE({right})"
+        return _whole_block(env, f"=MMULT({left},{right}){self._bias(env, None)}")
 
 
 def row_or_cell(block: Block, i: int, j: int | None) -> str:
@@ -519,18 +553,28 @@ def row_or_cell(block: Block, i: int, j: int | None) -> str:
     return block.row(i) if j is None else block.cell(i, j)
 
 
-# row(i, env, j): the formula of row i for column j, or for the whole row when j is None
-RowFn = Callable[[int, Env, int | None], str | Cell]
+# row(i, j, env): the formula of row i for column j, or for the whole row when j is None.
+# Every function a formula is declared with takes the indices of what it writes first and
+# the Env last, as `Formula.cell(i, j, env)` does
+RowFn = Callable[[int, int | None, Env], str | Cell]
+
+
+class _Sized(Formula):
+    """A formula whose block has the size it declares (`rows` × `cols`)."""
+
+    def shape(self, env):
+        return size_of(self.rows, env.params), size_of(self.cols, env.params)
 
 
 @dataclass(frozen=True)
-class ByRow(Formula):
-    """A block written row by row from one function `row(i, env, j)`: the formula of row
+class ByRow(_Sized):
+    """A block written row by row from one function `row(i, j, env)`: the formula of row
     i for its column j (each cell in `cells` and `hand`) or, with j None, for the whole
     row at once (one array formula per row in `blocks`). `whole(env)` writes the block
     as one array formula in `blocks` instead; `per_cell` keeps one formula per cell there
     too (a single-cell array formula a row max needs, an INDEX per row). With either,
-    `row` is never asked for a whole row."""
+    `row` is never asked for a whole row. A row that reads this block's own rows above
+    it is a `Scan`."""
 
     rows: Size
     cols: Size
@@ -538,11 +582,8 @@ class ByRow(Formula):
     whole: Callable[[Env], str] | None = None
     per_cell: bool = False
 
-    def shape(self, env):
-        return size_of(self.rows, env.params), size_of(self.cols, env.params)
-
     def cell(self, i, j, env):
-        return _as_cell(self.row(i, env, j))
+        return _as_cell(self.row(i, j, env))
 
     def arrays(self, env):
         me = env.me
@@ -550,59 +591,127 @@ class ByRow(Formula):
             return None
         if self.whole is not None:
             return _whole_block(env, self.whole(env))
-        return [Array(i, 0, i, me.cols - 1, _as_cell(self.row(i, env, None)).text)
+        return [Array(i, 0, i, me.cols - 1, _as_cell(self.row(i, None, env)).text)
                 for i in range(me.rows)]
 
 
+class _ReadsOfOwnRows:
+    """The block a `Scan` writes, as its row function sees it while it is checked: every
+    data reference it asks for (a cell, a row, a column, the block) notes the rows it
+    covers; labels are not data."""
+
+    def __init__(self, block: Block):
+        self._block, self.rows = block, set()
+
+    def __getattr__(self, name: str):
+        return getattr(self._block, name)
+
+    def _all(self) -> None:
+        self.rows.update(range(self._block.rows))
+
+    def cell(self, i, j):
+        self.rows.add(i)
+        return self._block.cell(i, j)
+
+    def fixed(self, i, j):
+        self.rows.add(i)
+        return self._block.fixed(i, j)
+
+    def row(self, i, first=0, last=None):
+        self.rows.add(i)
+        return self._block.row(i, first, last)
+
+    def col(self, j, first=0, last=None):
+        self.rows.update(range(first, self._block.rows if last is None else last + 1))
+        return self._block.col(j, first, last)
+
+    def cols_range(self, first, last):
+        self._all()
+        return self._block.cols_range(first, last)
+
+    def whole(self):
+        self._all()
+        return self._block.whole()
+
+
 class Scan(ByRow):
-    """A recurrence down the rows, e.g. h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: `row(t, env, j)`
+    """A recurrence down the rows, e.g. h_t = Ā_t ⊙ h_{t−1} + B̄_t u_t: `row(t, j, env)`
     reads rows of other blocks and this block's rows above t (`env.me`, through
-    `row_or_cell`). One rendering for every layout: a cell formula per cell in `cells` and
-    `hand`; in `blocks` one array formula per row, since a formula over the whole block
-    cannot read its own earlier rows."""
+    `row_or_cell`), and nothing else of it: the declaration check renders the first three
+    rows and the last two, whole and at their first two columns and last, and refuses a
+    row t that reads a row t or below of its own block, which would be a reference cycle
+    (a sample, so the check costs the same at any size: a sheet too large is refused by
+    the size plan, not by rendering it). One rendering for every
+    layout: a cell formula per cell in `cells` and `hand`; in `blocks` one array formula
+    per row, since a formula over the whole block cannot read its own earlier rows."""
 
     def __init__(self, rows: Size, cols: Size, row: RowFn):
         super().__init__(rows, cols, row)
+
+    def check(self, env):
+        rows, cols = self.shape(env)
+        me = _ReadsOfOwnRows(Block("", "", 2, 2, rows, cols))
+        probe = dataclasses.replace(env, me=me)
+        sampled_cols = sorted({0, 1, cols - 1} & set(range(cols)))
+        for t in sorted({0, 1, 2, rows - 2, rows - 1} & set(range(rows))):
+            for j in (None, *sampled_cols):
+                me.rows.clear()
+                self.row(t, j, probe)
+                if me.rows and max(me.rows) >= t:
+                    where = "" if j is None else f", column {j + 1}"
+                    raise ValueError(f"row {t + 1}{where} reads row {max(me.rows) + 1} of "
+                                     f"its own block: a Scan's row t reads only the rows "
+                                     f"above it")
+
+    def describe(self):
+        return f"Scan({getattr(self.row, '__name__', 'row')})"
 
 
 @dataclass(frozen=True)
 class Reduce(Formula):
     """One cell from whole blocks, e.g. Reduce("=SUM({NLL})/{seq_len}", NLL="NLL_T1"):
     {NAME} is the whole block, {param} a parameter, in every layout; the template may be a
-    function of the parameters. `array` makes it a single-cell array formula (a function
-    such as ABS applied to a range needs it). The cell broadcasts, like a BROADCAST ×
-    BROADCAST block."""
+    function of the parameters (parsed when first drawn). `array` makes it a single-cell
+    array formula (a function such as ABS applied to a range needs it). The cell
+    broadcasts, like a BROADCAST × BROADCAST block."""
 
     template: str | Callable[[Any], str]
     aliases: Mapping[str, str] = field(default_factory=dict)
     array: bool = False
     rows: Size = field(default=BROADCAST, init=False)
     cols: Size = field(default=BROADCAST, init=False)
+    pieces: Pieces = field(default=(), compare=False, repr=False)
 
     def __init__(self, template: str | Callable[[Any], str], array: bool = False,
                  **aliases: str):
         object.__setattr__(self, "template", template)
         object.__setattr__(self, "aliases", aliases)
         object.__setattr__(self, "array", array)
+        if not callable(template):
+            object.__setattr__(self, "pieces", self._declared(template))
 
     def shape(self, env):
         return 1, 1
 
-    def _template(self, params) -> str:
-        return self.template(params) if callable(self.template) else self.template
+    def _declared(self, template: str) -> Pieces:
+        return declared_template("Reduce", template, self.aliases, self_labels=False)
+
+    def _pieces(self, params) -> Pieces:
+        return self._declared(self.template(params)) if callable(self.template) \
+            else self.pieces
 
     def check(self, env):
-        check_slots(self._template(env.params), self.aliases, env, self_labels=False)
+        check_slots(self._pieces(env.params), self.aliases, env, self_labels=False)
 
     def describe(self):
         return f"Reduce({self.template!r}{_aliases_text(self.aliases)})"
 
     def cell(self, i, j, env):
-        def fill(match: re.Match) -> str:
-            name = self.aliases.get(match.group(1), match.group(1))
+        def fill(slot: str) -> str:
+            name = self.aliases.get(slot, slot)
             return env[name].whole() if name.isupper() else str(getattr(env.params, name))
 
-        return Cell(_PLACEHOLDER.sub(fill, self._template(env.params)), array=self.array)
+        return Cell(fill_template(self._pieces(env.params), fill), array=self.array)
 
 
 @dataclass(frozen=True)
@@ -648,23 +757,18 @@ CellFn = Callable[[int, int, Env], str | Cell]
 
 
 @dataclass(frozen=True)
-class Custom(Formula):
+class Custom(_Sized):
     """The escape hatch where no other item says it (a reshape, a one-hot by column, a
     table of numbers; a row formula is `ByRow`, a recurrence `Scan`, a check cell
-    `Reduce` or `MaxAbsDiff`): explicit functions of (i, j, env) for the cell, and of env
-    for the `blocks` layout —
-    `whole` (one array formula), `per_row` (one per row, for a row that reads the row
-    above) or `per_slice` = (width, fn(k, env)) (one per slice of `width` columns)."""
+    `Reduce` or `MaxAbsDiff`): `each(i, j, env)` writes cell (i, j); in `blocks`, `whole(env)`
+    writes one array formula, or `per_slice` = (width, fn(k, env)) one per slice k of
+    `width` columns (else one formula per cell there too)."""
 
     rows: Size
     cols: Size
     each: CellFn
     whole: Callable[[Env], str] | None = None
-    per_row: Callable[[int, Env], str] | None = None
     per_slice: tuple[int, Callable[[int, Env], str]] | None = None
-
-    def shape(self, env):
-        return size_of(self.rows, env.params), size_of(self.cols, env.params)
 
     def cell(self, i, j, env):
         return _as_cell(self.each(i, j, env))
@@ -673,8 +777,6 @@ class Custom(Formula):
         me = env.me
         if self.whole is not None:
             return _whole_block(env, self.whole(env))
-        if self.per_row is not None:
-            return [Array(i, 0, i, me.cols - 1, self.per_row(i, env)) for i in range(me.rows)]
         if self.per_slice is not None:
             width, fn = self.per_slice
             return [Array(0, k * width, me.rows - 1, (k + 1) * width - 1, fn(k, env))
@@ -690,8 +792,37 @@ def rows_of(block: Block, first: int, last: int) -> str:
 
 # -- blocks and sections -------------------------------------------------------------------
 @dataclass(frozen=True)
+class WholeNumbers:
+    """An input's rule: every entry a whole number in range(first, stop), e.g. token ids
+    `WholeNumbers(0, "vocab", "a token id")` (0 … vocab − 1); `first` and `stop` are
+    sizes (a parameter name, a number or a function of the parameters), `what` names one
+    entry in the error a value outside the rule gets."""
+
+    first: Size
+    stop: Size
+    what: str = "an entry"
+
+    def refused(self, values, params) -> tuple[int, int, str] | None:
+        """(row, column, why) of the first entry of a 2-D block outside the rule, or None."""
+        first, last = size_of(self.first, params), size_of(self.stop, params) - 1
+        for i, row in enumerate(values):
+            for j, value in enumerate(row):
+                if not (float(value).is_integer() and first <= value <= last):
+                    return i, j, f"{self.what} is a whole number {first} … {last}"
+        return None
+
+    def draw(self, shape: tuple[int, int], params, rng):
+        """Entries drawn uniformly from the rule's range (the seed's numbers for an input
+        not given by hand)."""
+        first, stop = size_of(self.first, params), size_of(self.stop, params)
+        return rng.integers(first, stop, size=shape).astype(float)
+
+
+@dataclass(frozen=True)
 class Input:
-    """An input block: constants the user may edit. `rows`/`cols` give its shape."""
+    """An input block: constants the user may edit. `rows`/`cols` give its shape;
+    `values` a rule its entries follow (`WholeNumbers`), checked wherever inputs are
+    completed (`kind.complete_inputs`) and read back from a file (`check`, `grade`)."""
 
     name: str
     rows: Size
@@ -704,12 +835,17 @@ class Input:
     # a bool parameter that switches this input on (its name), or a function of the
     # parameters; giving a switched input by hand turns its switch on
     when: str | Callable[[Any], bool] | None = None
+    values: WholeNumbers | None = None
 
     def present(self, params) -> bool:
         if self.when is None:
             return True
         return bool(getattr(params, self.when) if isinstance(self.when, str)
                     else self.when(params))
+
+    def refused(self, values, params) -> tuple[int, int, str] | None:
+        """(row, column, why) of the first entry its rule refuses, or None."""
+        return None if self.values is None else self.values.refused(values, params)
 
 
 @dataclass(frozen=True)
@@ -817,7 +953,11 @@ def checked_sections(kind: str, sections: Iterable[Section], params) -> Iterator
     step's template must name blocks placed before it and parameters that exist, and its
     blocks' shapes must fit (broadcast for `Map`, inner sizes for `MatMul`). A ValueError
     names the kind, the step and the template."""
-    env = Env({}, {}, params)
+    return _checked_into(Env({}, {}, params), kind, sections, params)
+
+
+def _checked_into(env: Env, kind: str, sections: Iterable[Section],
+                  params) -> Iterator[Section]:
     for sec in sections:
         for item in (item for band in sec.bands for item in band):
             if isinstance(item, Input):
@@ -837,6 +977,15 @@ def check_sections(kind: str, sections: Iterable[Section], params) -> None:
     """`checked_sections`, drawn to the end."""
     for _ in checked_sections(kind, sections, params):
         pass
+
+
+def block_shapes(sections: Iterable[Section], params, kind: str = "") -> dict[str, tuple[int, int]]:
+    """(rows, cols) of every input and step block the sections declare, in sheet order, as
+    the declaration check works them out (nothing is placed or written)."""
+    env = Env({}, {}, params)
+    for _ in _checked_into(env, kind, sections, params):
+        pass
+    return {name: (block.rows, block.cols) for name, block in env.blocks.items()}
 
 
 def _checked_shape(kind: str, step: Step, env: Env) -> tuple[int, int]:

@@ -131,7 +131,11 @@ class Kind:
     @classmethod
     def random_input(cls, name: str, shape: tuple[int, int], params,
                      rng: "np.random.Generator") -> np.ndarray:
-        """A small random input, rounded to 2 decimals so the sheet is easy to read."""
+        """A small random input, rounded to 2 decimals so the sheet is easy to read; an
+        input declared with a rule (`Input.values`) drawn from what the rule allows."""
+        rule = next((item.values for item in cls.inputs if item.name == name), None)
+        if rule is not None:
+            return rule.draw(shape, params, rng)
         return np.round(rng.uniform(-1.0, 1.0, size=shape), 2)
 
     @classmethod
@@ -280,4 +284,22 @@ def complete_inputs(kind: type[Kind], params, given: Mapping[str, np.ndarray],
             inputs[name] = value
         else:
             inputs[name] = kind.random_input(name, shape, params, seeded_rng(seed, name))
+    check_input_rules(kind, params, inputs)
     return inputs
+
+
+def check_input_rules(kind: type[Kind], params, inputs: Mapping[str, np.ndarray],
+                      where: Callable[[str, int, int], str] | None = None) -> None:
+    """Every input declared with a rule (`Input.values`) follows it, or a UserError names
+    the input, the entry (`where(name, i, j)`, e.g. a file's cell; else its row, and
+    column) and the rule."""
+    for item in kind.inputs:
+        refused = item.refused(inputs[item.name], params) if item.name in inputs else None
+        if refused is None:
+            continue
+        i, j, why = refused
+        block = np.asarray(inputs[item.name])
+        column = f", column {j + 1}" if block.shape[1] > 1 else ""
+        at = where(item.name, i, j) if where is not None else \
+            f"input {item.name} row {i + 1}{column}"
+        raise UserError(f"{at} holds {block[i, j]:g}: {why}")

@@ -40,7 +40,6 @@ from workbook_builder.sheet.declare import (
     Formula,
     Input,
     MatMul,
-    MatMulT,
     Section,
     Series,
     Step,
@@ -466,7 +465,8 @@ def _series_points(series: Series, blocks: dict[str, Block]) -> int:
 # -- the hand layout's products -------------------------------------------------------------
 @dataclass(frozen=True)
 class Product:
-    """A step C = A·B (+ bias) or A·Bᵀ as the hand layout sets it: the result's block has
+    """A step C = A·B or A·Bᵀ (+ bias) as the hand layout sets it (Aᵀ·B is written as in
+    `cells`): the result's block has
     `above` more header rows (the right operand and the bias) and `before` more columns
     (the left operand and its row labels) than in `cells`."""
 
@@ -474,17 +474,17 @@ class Product:
     a_cols: tuple[int, int]
     b: Block
     b_cols: tuple[int, int]
-    transposed: bool   # MatMulT: the right operand is B's slice transposed
+    transposed: bool   # A·Bᵀ: the right operand is B's slice transposed
     bias: Block | None
 
     @classmethod
     def of(cls, formula: Formula, env: Env) -> "Product | None":
         """The product a step's formula computes, or None for any other formula."""
-        if not isinstance(formula, MatMul | MatMulT):
+        if not isinstance(formula, MatMul) or formula.transpose == "a":
             return None
         a, b, a_cols, b_cols = formula._slices(env)
-        bias = env[formula.plus] if isinstance(formula, MatMul) and formula.plus else None
-        return cls(a, a_cols, b, b_cols, isinstance(formula, MatMulT), bias)
+        bias = env[formula.plus] if formula.plus else None
+        return cls(a, a_cols, b, b_cols, formula.transpose == "b", bias)
 
     @property
     def inner(self) -> int:

@@ -7,7 +7,7 @@ translation, so the kinds keep writing plain English and a language is a file,
 catalog has it. Text with no entry is left as it is (names, equations, token labels).
 
 An entry's `msgctxt` says where it is read: "shared" by every kind, "cost" by the kinds
-with a cost table (sheets/_bands.py), otherwise by the kind of that name and the kinds
+with a cost table (sheets/_blocks/costs.py), otherwise by the kind of that name and the kinds
 built on it (BUILDS_ON). `python -m workbook_builder.cli.catalog check` builds every
 demo and example case and lists text with no entry and entries no sheet uses.
 """
