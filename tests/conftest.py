@@ -27,13 +27,13 @@ from workbook_builder.checking.names import find_name
 from workbook_builder.cli.app import main
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.gnumeric import recalculate_many
-from workbook_builder.engines.internals.of_openpyxl import load_workbook
-from workbook_builder.engines.internals.versions import RELEASED_LIBRARIES_SWITCH
 from workbook_builder.engines.libreoffice import convert_many
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.sheet.registry import load_kinds
 from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.xlsx.of_openpyxl import load_workbook
+from workbook_builder.xlsx.versions import RELEASED_LIBRARIES_SWITCH
 
 # property tests draw the same examples on every run and keep no example database: a
 # failure reproduces anywhere (CI included), and nothing is written into the checkout
@@ -414,7 +414,7 @@ def gnumeric_demo(demo, tmp_path_factory) -> list[tuple[Path, Path]]:
 def _released_libraries_option(parser):
     parser.addoption("--released-libraries", action="store_true",
                      help="run with every library as released: each version guard of "
-                          "workbook_builder/engines/internals answers 'unsupported' (sets "
+                          "workbook_builder/xlsx/versions.py answers 'unsupported' (sets "
                           f"{RELEASED_LIBRARIES_SWITCH}=1)")
 
 

@@ -10,9 +10,10 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.internals import of_formulas, versions
+from workbook_builder.engines.internals import of_formulas
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet import refs
+from workbook_builder.xlsx import versions
 
 
 def typed(values):

@@ -20,10 +20,11 @@ from test_compile_cache import awkward_workbook
 
 from workbook_builder.engines import internals
 from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values
-from workbook_builder.engines.internals import direct_calc, of_formulas, of_schedula, versions
+from workbook_builder.engines.internals import direct_calc, of_formulas, of_schedula
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet import refs
 from workbook_builder.sheet.refs import parse_range
+from workbook_builder.xlsx import versions
 
 # the default tier: cell formulas (attention) and array formulas and recurrences (blocks);
 # the slow tier: every other kind at its largest test case, and every kind at the demo's

@@ -259,7 +259,7 @@ def test_inputs_in_date_cells_are_numbers_for_check(tmp_path):
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_both_readers_give_date_cells_as_numbers(tmp_path, monkeypatch, shortcuts):
     """openpyxl 3.1's reader told not to convert, and the public path converting back."""
-    from workbook_builder.engines.internals import of_openpyxl
+    from workbook_builder.xlsx import of_openpyxl
 
     numbers = [0.25, -1.5, 43000.123456789, 2.0, 59.5, 61.0]
     wb = openpyxl.Workbook()

@@ -27,11 +27,6 @@ from workbook_builder.book.sheet_xml import (
 from workbook_builder.book.workbook import ABOUT, BookSpec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
-from workbook_builder.engines.internals.of_openpyxl import (
-    load_workbook,
-    save_workbook,
-    stored_cells,
-)
 from workbook_builder.engines.libreoffice import (
     CJK_FONT_HINT,
     INSTALL_HINT,
@@ -54,6 +49,11 @@ from workbook_builder.sheet.limits import (
     check_sizes,
 )
 from workbook_builder.sheet.refs import parse_range
+from workbook_builder.xlsx.of_openpyxl import (
+    load_workbook,
+    save_workbook,
+    stored_cells,
+)
 
 
 @dataclass

@@ -12,7 +12,6 @@ import openpyxl
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder import __version__
-from workbook_builder.engines.internals.of_openpyxl import set_default_font, stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import set_text, write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
@@ -28,6 +27,7 @@ from workbook_builder.sheet.printing import (
 from workbook_builder.sheet.registry import get_kind
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
 from workbook_builder.teaching.i18n import catalog_for, translate_sheets
+from workbook_builder.xlsx.of_openpyxl import set_default_font, stored_cells
 
 ABOUT = "About"
 ABOUT_ROWS = 50  # the About table is read from these rows only (it fills about a dozen)

@@ -29,7 +29,6 @@ from workbook_builder.engines.formulas_engine import (
 )
 from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
 from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.engines.libreoffice import INSTALL_HINT as LIBREOFFICE_HINT
 from workbook_builder.engines.libreoffice import (
     evaluate_with_libreoffice,
@@ -45,6 +44,7 @@ from workbook_builder.sheet.constants import (
 )
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
 # wrong formula is off by far more than this bound.

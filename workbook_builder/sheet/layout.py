@@ -39,7 +39,6 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 from openpyxl.worksheet.worksheet import Worksheet
 
-from workbook_builder.engines.internals.of_openpyxl import copy_style
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.constants import add_constant_block, constant_block_at
@@ -75,6 +74,7 @@ from workbook_builder.sheet.printing import (
 )
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 from workbook_builder.sheet.widths import fit_columns
+from workbook_builder.xlsx.of_openpyxl import copy_style
 
 INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")    # pale yellow: a value you may edit
 FORMULA_FILL = PatternFill("solid", fgColor="DDEBF7")  # pale blue: a live formula

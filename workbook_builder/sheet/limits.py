@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.constants import constant_blocks
@@ -29,6 +28,7 @@ from workbook_builder.sheet.places import (
     place_sheet,
 )
 from workbook_builder.sheet.refs import name_destinations, parse_range
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
 EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short

@@ -23,7 +23,6 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.checking.names import NamedRange, find_block
-from workbook_builder.engines.internals.of_openpyxl import load_workbook, save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
@@ -31,6 +30,7 @@ from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.layout import BOLD_FONT, LABEL_FONT, NAME_FONT, SheetWriter
 from workbook_builder.sheet.limits import COUNT_COL, EXERCISE_TOP, exercise_rows
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
+from workbook_builder.xlsx.of_openpyxl import load_workbook, save_workbook
 
 KEY_SHEET = "Key"
 DEFAULT_TOLERANCE = 0.001

@@ -37,7 +37,6 @@ from workbook_builder.checking.check import (
 )
 from workbook_builder.checking.names import NamedRange
 from workbook_builder.checking.placement import Placement, hold_to_layout
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.teaching.exercise import ExerciseSpec
 from workbook_builder.teaching.record import (
@@ -47,6 +46,7 @@ from workbook_builder.teaching.record import (
     inputs_digest,
     read_record,
 )
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 
 @dataclass

@@ -21,9 +21,9 @@ from importlib import resources
 from openpyxl.comments import Comment
 from openpyxl.workbook.workbook import Workbook
 
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.sheet.cells import set_text
 from workbook_builder.teaching.po import PoError, read_po
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 LANGS = ("en", "zh")
 SHARED, COST = "shared", "cost"
