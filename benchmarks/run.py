@@ -140,7 +140,7 @@ def numpy_seconds(path: Path, runs: int = 20) -> float:
 
 
 def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
-    from workbook_builder.sheet.registry import load_kinds
+    from workbook_builder.registry import load_kinds
 
     if case.kind not in load_kinds():
         return {"case": case, "skipped": f"kind {case.kind} not built yet"}

@@ -23,15 +23,15 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.files import BuiltBook, write_workbook
 from workbook_builder.checking.check import CheckReport, check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.app import main
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.gnumeric import recalculate_many
 from workbook_builder.engines.libreoffice import convert_many
+from workbook_builder.registry import load_kinds
+from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import parse_range
-from workbook_builder.sheet.registry import load_kinds
-from workbook_builder.teaching.exercise import ExerciseSpec
 from workbook_builder.xlsx.of_openpyxl import load_workbook
 from workbook_builder.xlsx.versions import RELEASED_LIBRARIES_SWITCH
 

@@ -12,7 +12,7 @@ from conftest import cli
 
 from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.registry import load_kinds
 
 # (kind, checkpoint maker, build flags): a workbook of each model family the loader reads
 CHECKPOINT_BOOKS = [

@@ -10,8 +10,8 @@ from test_positional import assert_steps_are_formulas
 from reference.additive import additive_ref
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.cli.printing import format_report
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import load_kinds
 
 KIND = load_kinds()["additive"]
 

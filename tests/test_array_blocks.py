@@ -21,7 +21,6 @@ from workbook_builder.book import sheet_xml
 from workbook_builder.book.files import open_workbook, save_atomic, write_workbook
 from workbook_builder.book.workbook import build_workbook
 from workbook_builder.checking.check import check_workbook, read_inputs
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.engines.gnumeric import ssconvert_path
 from workbook_builder.engines.libreoffice import convert
@@ -32,6 +31,7 @@ from workbook_builder.sheet.constants import (
     positions_inside,
 )
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import cell_ref, parse_range
 
 FIRST_CASES = {name: case for name, i, case in ALL_CASES if i == 0}

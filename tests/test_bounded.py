@@ -26,7 +26,7 @@ from tests.conftest import (
     requires_gnumeric,
     requires_libreoffice,
 )
-from workbook_builder.checking.names import find_name
+from workbook_builder.sheet.names import find_name
 
 pytestmark = pytest.mark.slow  # commands run under a memory cap, in processes of their own
 

@@ -12,10 +12,10 @@ from test_positional import assert_steps_are_formulas
 from reference.attention import attention_ref
 from reference.cross_attention import cross_attention_ref
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.names import find_name
 
 KIND = load_kinds()["cross-attention"]
 

@@ -11,9 +11,9 @@ import openpyxl
 import pytest
 from conftest import KINDS, build, formulas_of
 
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.engines.internals import of_formulas
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.xlsx import of_openpyxl, versions
 

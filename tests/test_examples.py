@@ -23,11 +23,11 @@ from test_teaching import english_prose
 
 import sheets._examples
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan, minilm_zip
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.places import CHART_MAX_SERIES
 from workbook_builder.teaching.reproduce import TUTORIALS
 

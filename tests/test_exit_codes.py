@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import ATTENTION, build, cli, one_line_error
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli import app
+from workbook_builder.sheet.names import find_name
 
 
 def test_a_negative_seed_is_one_line(tmp_path):

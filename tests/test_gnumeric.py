@@ -27,13 +27,13 @@ from conftest import (
 
 from workbook_builder.book.files import open_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report, format_side_by_side
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.gnumeric import recalculate, recalculate_many
 from workbook_builder.engines.libreoffice import convert_many, read_values
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.names import find_name
 
 ENGINES = ("formulas", "libreoffice", "gnumeric")
 

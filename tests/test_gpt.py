@@ -17,9 +17,9 @@ from conftest import (
 from test_decoder_block import assert_close, engine_values, gpt2_forward, save_tiny_gpt2
 
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import range_ref
 
 pytestmark = requires_transformers

@@ -13,15 +13,15 @@ from conftest import KINDS, build, cli, fill, one_line_error, requires_libreoffi
 
 from workbook_builder.book.files import write_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.sheet.declare import MatMul, MatMulT
+from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import parse_range
-from workbook_builder.teaching.exercise import ExerciseSpec
 
 # teaching sizes: the kinds' demo sizes, with biases and grouped heads where they exist
 TEACHING = {

@@ -23,14 +23,14 @@ from page_fill import page_fills
 from workbook_builder import api
 from workbook_builder.book.files import handout_copy
 from workbook_builder.book.workbook import new_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import convert_many, has_chinese_font
+from workbook_builder.registry import KINDS
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.printing import PrintUnit, plan_pages
-from workbook_builder.sheet.registry import KINDS
 
 requires_pdftotext = pytest.mark.skipif(
     shutil.which("pdftotext") is None, reason="pdftotext is missing (apt-get install "

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from workbook_builder import api
 from workbook_builder.book import files
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.libreoffice import convert
+from workbook_builder.sheet.exercise import make_spec
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.names import find_name
 from workbook_builder.teaching import classroom
-from workbook_builder.teaching.exercise import make_spec
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 PARAMS = {"seq_len": 3, "d_model": 2, "d_k": 2}

@@ -14,10 +14,10 @@ from conftest import KINDS, cli, fill, one_line_error, requires_gnumeric, requir
 
 from workbook_builder import api
 from workbook_builder.book.workbook import read_spec, spec_kind_params
-from workbook_builder.checking.names import find_name
 from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.names import find_name
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 PARAMS = {"seq_len": 3, "d_model": 2, "d_k": 2}

@@ -14,9 +14,9 @@ import pytest
 from conftest import cli, evaluated_blocks, one_line_error, requires_torch, requires_transformers
 
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.names import find_name
 
 RTOL = 1e-9
 IDS = [3, 14, 15, 9, 2, 6]

@@ -25,9 +25,9 @@ from tests.conftest import (
     one_line_error,
     requires_libreoffice,
 )
-from workbook_builder.checking.names import find_name
+from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.names import find_name
 
 pytestmark = pytest.mark.slow  # limits: large grids, files and formulas refused
 

@@ -8,11 +8,12 @@ import pytest
 from conftest import KINDS
 
 from workbook_builder.book.workbook import build_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.sheet.declare import Input, MatMul, Step, section
+from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.layout import SheetWriter
 from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.places import (
     COMPACT_WIDTH,
     LAYOUTS,
@@ -22,7 +23,6 @@ from workbook_builder.sheet.places import (
     PlanBeyond,
     place_sheet,
 )
-from workbook_builder.teaching.exercise import ExerciseSpec
 
 
 def first_case(kind):

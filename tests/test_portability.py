@@ -11,9 +11,9 @@ from conftest import formulas_of, portability_problems, requires_libreoffice
 
 from workbook_builder.book.workbook import read_spec, spec_kind_params
 from workbook_builder.checking.check import read_inputs
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.names import find_name
 
 
 @pytest.mark.parametrize("text,array,bad", [

@@ -9,11 +9,11 @@ from conftest import build, cli, one_line_error, requires_torch
 
 from reference.positional import positional_ref, rope, rope_angles
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import parse_range
-from workbook_builder.sheet.registry import load_kinds
 
 KIND = load_kinds()["positional"]
 

@@ -24,13 +24,13 @@ from conftest import (
 from reference.scaling import scaling_ref
 from workbook_builder.book.files import write_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.sheet import Chart, Input, Series, section
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.layout import SheetWriter
+from workbook_builder.sheet.names import find_name
 
 KIND = KINDS["scaling"]
 DEFAULT_WIDTHS = [4, 16, 64, 256, 512]

@@ -26,12 +26,12 @@ from conftest import (
 from workbook_builder.book.files import write_workbook
 from workbook_builder.book.workbook import build_workbook, read_spec
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import convert, evaluate_with_libreoffice
+from workbook_builder.language.i18n import Catalog
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.teaching.i18n import Catalog
+from workbook_builder.sheet.names import find_name
 
 # -- Chinese sheets --------------------------------------------------------------------------
 

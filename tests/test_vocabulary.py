@@ -12,6 +12,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.errors import UserError
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet import (
     BROADCAST,
     Input,
@@ -30,7 +31,6 @@ from workbook_builder.sheet import (
 from workbook_builder.sheet.declare import check_sections
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import KINDS, make_params
-from workbook_builder.sheet.registry import load_kinds
 
 
 @dataclass(frozen=True)

@@ -44,15 +44,17 @@ from workbook_builder.checking.check import (
     expected_steps,
     installed_engines,
 )
-from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
+from workbook_builder.language.i18n import LANGS
 from workbook_builder.models.families import KIND_FAMILIES
+from workbook_builder.registry import get_kind, load_kinds
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
     constant_block_at,
     set_number,
 )
+from workbook_builder.sheet.exercise import ExerciseSpec, make_spec
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.limits import (
@@ -61,9 +63,7 @@ from workbook_builder.sheet.limits import (
     check_results_finite,
     check_sizes,
 )
-from workbook_builder.sheet.registry import get_kind, load_kinds
-from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
-from workbook_builder.teaching.i18n import LANGS
+from workbook_builder.sheet.names import NamedRange, find_name
 
 AttnsheetsError = UserError
 Report = CheckReport

@@ -23,11 +23,11 @@ import numpy as np
 
 from workbook_builder.book.files import temp_beside, write_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
 from workbook_builder.models.loader import model_inputs
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import Kind, make_params
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.names import find_name
 
 MANIFEST = ".attnsheets-demo.json"
 # the hand layout is for teaching sizes and is built on request, not in the demo

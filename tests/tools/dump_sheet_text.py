@@ -18,9 +18,9 @@ LAYOUTS = ("cells", "blocks", "hand")
 
 def cases():
     """(name, kind, params, inputs, tokens, layout, exercise, student, note)."""
+    from workbook_builder.registry import load_kinds
+    from workbook_builder.sheet.exercise import ExerciseSpec
     from workbook_builder.sheet.kind import complete_inputs, make_params
-    from workbook_builder.sheet.registry import load_kinds
-    from workbook_builder.teaching.exercise import ExerciseSpec
 
     for kind_name, kind in sorted(load_kinds().items()):
         setups = []

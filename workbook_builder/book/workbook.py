@@ -13,7 +13,10 @@ from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder import __version__
 from workbook_builder.errors import UserError
+from workbook_builder.language.i18n import catalog_for, translate_sheets
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.cells import set_text, write_text
+from workbook_builder.sheet.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import Kind, make_params
 from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT, TITLE_FONT
@@ -24,9 +27,6 @@ from workbook_builder.sheet.printing import (
     base_setup,
     set_print_layout,
 )
-from workbook_builder.sheet.registry import get_kind
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
-from workbook_builder.teaching.i18n import catalog_for, translate_sheets
 from workbook_builder.xlsx.of_openpyxl import set_default_font, stored_cells
 
 ABOUT = "About"

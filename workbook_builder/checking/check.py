@@ -20,7 +20,6 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.files import open_workbook
 from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
-from workbook_builder.checking.names import NamedRange, find_block, find_name
 from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.engines.formulas_engine import (
     CellValues,
@@ -42,8 +41,9 @@ from workbook_builder.sheet.constants import (
     constant_blocks,
     constant_value,
 )
+from workbook_builder.sheet.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
+from workbook_builder.sheet.names import NamedRange, find_block, find_name
 from workbook_builder.sheet.refs import parse_range
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
 from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A

@@ -15,10 +15,10 @@ from pathlib import Path
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.book.workbook import ABOUT
-from workbook_builder.checking.names import NamedRange
+from workbook_builder.sheet.exercise import KEY_SHEET, ExerciseSpec
 from workbook_builder.sheet.limits import planned_places
+from workbook_builder.sheet.names import NamedRange
 from workbook_builder.sheet.refs import name_destinations, parse_range, quote_sheet, range_ref
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec
 
 TUTORIAL_SHEET = "Tutorial"  # `reproduce` puts the tutorial's numbers beside the sheet
 

@@ -25,10 +25,10 @@ import numpy as np
 from workbook_builder.book.workbook import build_workbook
 from workbook_builder.demo import MODEL_EXAMPLES
 from workbook_builder.errors import UserError
+from workbook_builder.language import i18n
+from workbook_builder.registry import load_kinds
+from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.registry import load_kinds
-from workbook_builder.teaching import i18n
-from workbook_builder.teaching.exercise import ExerciseSpec
 
 LAYOUTS = ("cells", "blocks", "hand")
 

@@ -26,15 +26,15 @@ import numpy as np
 from workbook_builder.book.files import move_into_place, temp_beside, write_csv
 from workbook_builder.book.workbook import build_workbook
 from workbook_builder.checking.check import compare_block, expected_steps
-from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
+from workbook_builder.sheet.exercise import KEY_SHEET, ExerciseSpec, validate_steps
 from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, check_fits, check_sizes
+from workbook_builder.sheet.names import NamedRange
 from workbook_builder.sheet.refs import name_destinations, parse_cell, parse_range
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
 from workbook_builder.teaching.record import RECORD, SHARED, student_record, write_record
 from workbook_builder.xlsx.of_openpyxl import save_workbook
 

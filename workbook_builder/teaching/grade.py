@@ -35,10 +35,10 @@ from workbook_builder.checking.check import (
     read_inputs,
     require_engine,
 )
-from workbook_builder.checking.names import NamedRange
 from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.errors import UserError
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.exercise import ExerciseSpec
+from workbook_builder.sheet.names import NamedRange
 from workbook_builder.teaching.record import (
     StudentRecord,
     by_digest,

@@ -21,9 +21,9 @@ import numpy as np
 from workbook_builder import __version__
 from workbook_builder.book.files import move_into_place, temp_beside
 from workbook_builder.errors import UserError
+from workbook_builder.registry import get_kind
+from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.registry import get_kind
-from workbook_builder.teaching.exercise import ExerciseSpec
 
 RECORD = "manifest.json"
 SHARED = "manifest_inputs.npz"  # inputs given to every student (a checkpoint's weights)

@@ -14,14 +14,14 @@ from openpyxl.styles import Alignment, Font, PatternFill
 from workbook_builder.book.files import check_writable, save_atomic
 from workbook_builder.book.workbook import build_workbook
 from workbook_builder.checking.check import CheckReport, check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.printing import FONT_NAME, PrintUnit, set_print_layout
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
-from workbook_builder.sheet.registry import get_kind
 
 AGREE_WITHIN = 0.0005  # printed to 3 decimals
 DIFFERS_FONT = Font(name=FONT_NAME, bold=True, color="9C0006")

@@ -22,13 +22,13 @@ from openpyxl.styles import Border, PatternFill, Side
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.checking.names import NamedRange, find_block
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.layout import BOLD_FONT, LABEL_FONT, NAME_FONT, SheetWriter
 from workbook_builder.sheet.limits import COUNT_COL, EXERCISE_TOP, exercise_rows
+from workbook_builder.sheet.names import NamedRange, find_block
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
 from workbook_builder.xlsx.of_openpyxl import load_workbook, save_workbook
 
