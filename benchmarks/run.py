@@ -46,7 +46,7 @@ class Case:
 def minilm_case() -> Case:
     """A real BERT layer: all-MiniLM-L6-v2's layer 0 (1.77 M input cells) on the seed
     sentence, from the MiniLM package's model.zip when it is installed."""
-    from workbook_builder.demo import MINILM_PIP, SEED_SENTENCE, minilm_zip
+    from workbook_builder.models.examples import MINILM_PIP, SEED_SENTENCE, minilm_zip
 
     zipped = minilm_zip()
     return Case("MiniLM encoder-block layer 0", "encoder-block",

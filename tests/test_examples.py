@@ -21,10 +21,11 @@ from conftest import (
 )
 from test_teaching import english_prose
 
-import sheets._examples
 from workbook_builder import api
-from workbook_builder.demo import demo_plan, minilm_zip
+from workbook_builder.demo import demo_plan
 from workbook_builder.engines.libreoffice import convert
+from workbook_builder.models import examples as presets
+from workbook_builder.models.examples import make_example, minilm_zip
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.limits import place_kind
 from workbook_builder.sheet.names import find_name
@@ -46,7 +47,7 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
 @pytest.fixture
 def no_minilm(monkeypatch):
     """As on a machine without the all-MiniLM-L6-v2 package."""
-    monkeypatch.setattr(sheets._examples, "minilm_zip", lambda: None)
+    monkeypatch.setattr(presets, "minilm_zip", lambda: None)
 
 
 # -- presets -------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def test_every_example_says_where_its_numbers_come_from_and_its_columns_fit(demo
     """The demo builds and checks every example (tests/test_cli.py); its sheet says where
     the numbers come from, and every number fits its column."""
     kind = KINDS[kind_name]
-    note = kind.example(example).note
+    note = make_example(kind, example).note
     assert note and note in openpyxl.load_workbook(demo.out / name)[kind.sheet_title]["A2"].value
     assert overflowing_cells(demo.out / name) == []
 

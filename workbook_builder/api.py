@@ -47,6 +47,7 @@ from workbook_builder.checking.check import (
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.language.i18n import LANGS
+from workbook_builder.models.examples import MINILM_PIP, make_example
 from workbook_builder.models.families import KIND_FAMILIES
 from workbook_builder.registry import get_kind, load_kinds
 from workbook_builder.sheet.constants import (
@@ -87,7 +88,7 @@ __all__ = [
 # what only some commands use (a demo, a class, grading, a checkpoint, a tutorial) is
 # imported on first use, so that every command starts fast: name -> its module
 _ON_FIRST_USE = {
-    **dict.fromkeys(("MINILM_PIP", "DemoResult", "demo_plan", "demo_workers",
+    **dict.fromkeys(("DemoResult", "demo_plan", "demo_workers",
                      "real_model_demo", "run_demo"), "workbook_builder.demo"),
     **dict.fromkeys(("MANIFEST", "ClassResult", "run_class"),
                     "workbook_builder.teaching.classroom"),
@@ -157,7 +158,6 @@ if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-u
 
     # the names `__getattr__` imports on first use, for readers of the code and checkers
     from workbook_builder.demo import (
-        MINILM_PIP,
         DemoResult,
         demo_plan,
         demo_workers,
@@ -273,7 +273,7 @@ def build(kind: str, path: str | Path | None = None, *,
         if model is not None:
             raise UserError("--example and --checkpoint cannot be combined: each gives the "
                             "inputs")
-        preset = kind_class.example(example)
+        preset = make_example(kind_class, example)
     note = None
     if model is not None:
         given, sizes, note = {**model.inputs, **given}, {**model.params, **sizes}, model.note

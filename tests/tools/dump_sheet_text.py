@@ -18,6 +18,7 @@ LAYOUTS = ("cells", "blocks", "hand")
 
 def cases():
     """(name, kind, params, inputs, tokens, layout, exercise, student, note)."""
+    from workbook_builder.models.examples import make_example
     from workbook_builder.registry import load_kinds
     from workbook_builder.sheet.exercise import ExerciseSpec
     from workbook_builder.sheet.kind import complete_inputs, make_params
@@ -25,7 +26,7 @@ def cases():
     for kind_name, kind in sorted(load_kinds().items()):
         setups = []
         for example in kind.examples:
-            preset = kind.example(example)
+            preset = make_example(kind, example)
             given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
             setups.append((f"example-{example}", preset.params, given, preset.tokens,
                            preset.note))

@@ -43,6 +43,17 @@ class Example:
     note: str | None = None
 
 
+@dataclass(frozen=True)
+class ModelExample:
+    """A preset whose numbers come from a real model when its package is installed:
+    declared by the kind, made where models are read (`make_example` in
+    workbook_builder/models/examples.py, which knows each `source` by name) from the kind's
+    `options`."""
+
+    source: str
+    options: dict[str, Any]
+
+
 class Kind:
     """One family of workbooks (e.g. single-head attention)."""
 
@@ -58,8 +69,9 @@ class Kind:
     # (file stem, parameters) that `attnsheets demo` builds
     demo_cases: ClassVar[list[tuple[str, dict[str, Any]]]] = []
     tokens_help: ClassVar[str] = 'comma-separated row labels, e.g. "我,爱,AI"'
-    # `--example NAME` presets, each made when asked (a real model's is loaded then)
-    examples: ClassVar[dict[str, Callable[[], Example]]] = {}
+    # `--example NAME` presets, each made when asked (`make_example`): a function giving
+    # the Example, or a ModelExample, made where models are read
+    examples: ClassVar[dict[str, Callable[[], Example] | ModelExample]] = {}
     # the examples `attnsheets demo` builds besides demo_cases
     demo_examples: ClassVar[tuple[str, ...]] = ()
 
@@ -166,14 +178,6 @@ class Kind:
         """Parameters as a short line for the sheet subtitle (unset options left out)."""
         return ", ".join(f"{f.name}={getattr(params, f.name)}"
                          for f in dataclasses.fields(params) if getattr(params, f.name) is not None)
-
-    @classmethod
-    def example(cls, name: str) -> Example:
-        """The preset `name`, or a one-line error listing the kind's presets."""
-        if name not in cls.examples:
-            known = ", ".join(cls.examples) or "none"
-            raise UserError(f"kind {cls.name} has no example {name!r}; its examples: {known}")
-        return cls.examples[name]()
 
     @classmethod
     def demo_note(cls) -> str | None:

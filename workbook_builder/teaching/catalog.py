@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from workbook_builder.book.workbook import build_workbook
-from workbook_builder.demo import MODEL_EXAMPLES
 from workbook_builder.errors import UserError
 from workbook_builder.language import i18n
+from workbook_builder.models import examples as presets
 from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.exercise import ExerciseSpec
 from workbook_builder.sheet.kind import complete_inputs, make_params
@@ -104,10 +104,10 @@ def examples(kind) -> Iterator[tuple[str, object]]:
     from unittest import mock
 
     for name in kind.examples:
-        yield name, kind.example(name)
-        if name in MODEL_EXAMPLES:
-            with mock.patch("sheets._examples.minilm_zip", return_value=None):
-                yield f"{name}-without-model", kind.example(name)
+        yield name, presets.make_example(kind, name)
+        if presets.reads_a_model(kind, name):
+            with mock.patch.object(presets, "minilm_zip", return_value=None):
+                yield f"{name}-without-model", presets.make_example(kind, name)
 
 
 def cases() -> Iterator[Case]:
