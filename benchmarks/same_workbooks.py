@@ -7,7 +7,8 @@ then `diff` the two dumps.
 
 Every demo case (`demo_plan`) is built in memory in every layout, in English and Chinese, and
 as a class builds it (an exercise with its hidden key and self-check, one without, and the
-answer key, each for a named student). Per sheet it records every stored cell (value or
+answer key, each for a named student); every kind's `test_cases` in every layout, and once
+as a Chinese exercise. Per sheet it records every stored cell (value or
 formula, style), merged ranges, row heights, column widths, print settings, conditional
 formats and blocks kept as arrays; per workbook the defined names, the size plan
 (`check_fits`), the planned places of every name, and every part of the saved file but its
@@ -97,6 +98,13 @@ def cases():
             yield stem, kind, values, layout, "zh", "key", "s01"
             if layout == "cells":
                 yield stem, kind, values, layout, "en", "plain", "s02"
+    for kind in sorted({kind for _, kind, _, _ in demo_plan(with_model=True)},
+                       key=lambda k: k.name):
+        for number, values in enumerate(kind.test_cases):
+            stem = f"{kind.name}_test{number}"
+            for layout in ("cells", "blocks", "hand"):
+                yield stem, kind, values, layout, "en", None, None
+            yield stem, kind, values, "cells", "zh", "self-check", "s01"
     del ExerciseSpec
 
 
