@@ -125,11 +125,12 @@ def libreoffice_seconds(path: Path, work: Path) -> float | None:
 def numpy_seconds(path: Path, runs: int = 20) -> float:
     """Median time of the kind's NumPy reference on the inputs the file holds."""
     from workbook_builder.book.files import open_workbook
-    from workbook_builder.book.workbook import read_spec, spec_kind_params
+    from workbook_builder.book.workbook import read_spec, spec_request
     from workbook_builder.checking.check import read_inputs
 
     wb = open_workbook(path, array_blocks=True)
-    kind, params = spec_kind_params(read_spec(wb, path))
+    request = spec_request(read_spec(wb, path))
+    kind, params = request.kind, request.params
     inputs = read_inputs(wb, kind, params, path, dict)
     times = []
     for _ in range(runs):

@@ -84,7 +84,7 @@ def _workbook(wb) -> dict:
 
 def cases():
     from workbook_builder.demo import demo_plan
-    from workbook_builder.sheet.exercise import ExerciseSpec
+    from workbook_builder.sheet.request import ExerciseSpec
     seen = set()
     for name, kind, values, _ in demo_plan(with_model=True):
         stem = name.rsplit("_", 1)[0]
@@ -112,9 +112,9 @@ def build(kind, values, layout, lang, edition, student):
     import numpy as np
 
     from workbook_builder.book.workbook import build_workbook
-    from workbook_builder.sheet.exercise import ExerciseSpec
     from workbook_builder.sheet.kind import complete_inputs, make_params
     from workbook_builder.sheet.limits import check_fits, check_sizes, planned_places
+    from workbook_builder.sheet.request import ExerciseSpec
     given, tokens, note = {}, None, None
     if "example" in values:
         preset = kind.example(values["example"])

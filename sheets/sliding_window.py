@@ -273,11 +273,6 @@ class SlidingWindow(Kind):
         return np.array(rows, dtype=float)
 
     @classmethod
-    def lay_out(cls, sheet, params, inputs, labels):
-        check_random_keys(inputs, params)  # picks given with --inputs
-        super().lay_out(sheet, params, inputs, labels)
-
-    @classmethod
     def describe(cls, params):
         """Without --random, the sheet's parameters as before (no random=0, block_size)."""
         unused = () if params.random else ("random", "block_size")

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-import openpyxl
 
 from reference.ssm import ssm_ref
 from sheets._bands import Cost, cost_section
@@ -39,8 +38,8 @@ from workbook_builder.sheet import (
     row_or_cell,
     section,
 )
-from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.layout import SheetWriter
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.places import place_sheet
 
 
 @dataclass(frozen=True)
@@ -276,11 +275,10 @@ COST_SIZES = {"L": "seq_len", "D": "d_model", "N": "d_state"}
 
 
 def formula_cells(kind: type[Kind], values: dict) -> int:
-    """Formula cells of a kind's sheet (seed 0): every cell of every step block."""
+    """Formula cells of a kind's sheet: every cell of every step block, as placed."""
     p = make_params(kind, values)
-    sheet = SheetWriter(openpyxl.Workbook().active, "cells")
-    kind.lay_out(sheet, p, complete_inputs(kind, p, {}, 0), kind.labels(p, None))
-    return sum(sheet.blocks[name].rows * sheet.blocks[name].cols for name in kind.step_names(p))
+    blocks = place_sheet(kind.sections(p), p).blocks
+    return sum(blocks[name].rows * blocks[name].cols for name in kind.step_names(p))
 
 
 def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int = 4):

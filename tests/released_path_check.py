@@ -2,7 +2,7 @@
 itself): in that run no guard lets a shortcut through, and a workbook is calculated by the
 engine's own path."""
 
-from conftest import build
+from helpers.books import build
 
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.engines.internals import of_formulas

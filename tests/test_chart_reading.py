@@ -8,7 +8,7 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build
+from helpers.books import build
 
 from workbook_builder.language.i18n import SHARED, catalog_sections
 from workbook_builder.sheet.printing import row_pt

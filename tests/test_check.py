@@ -4,7 +4,7 @@ caught and its step named, and unreadable inputs are refused with the cell's add
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, evaluated_blocks
+from helpers.books import build, evaluated_blocks
 
 from workbook_builder.checking.check import check_workbook, compare_block
 from workbook_builder.errors import UserError

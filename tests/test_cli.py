@@ -11,7 +11,8 @@ import zipfile
 
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, run_cli
+from helpers.books import build
+from helpers.cli import cli, one_line_error, run_cli
 
 import workbook_builder.api
 import workbook_builder.demo

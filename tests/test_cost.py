@@ -9,7 +9,7 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build
+from helpers.books import KINDS, build
 
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.sheet.names import find_name

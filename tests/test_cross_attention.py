@@ -6,8 +6,10 @@ import json
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, requires_torch
-from test_positional import assert_steps_are_formulas
+from helpers.books import build
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_torch
+from helpers.sheets import assert_steps_are_formulas
 
 from reference.attention import attention_ref
 from reference.cross_attention import cross_attention_ref

@@ -9,7 +9,8 @@ from importlib.metadata import version
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build, formulas_of
+from helpers.books import KINDS, build
+from helpers.sheets import formulas_of
 
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.engines.internals import of_formulas

@@ -9,17 +9,10 @@ import zipfile
 import numpy as np
 import openpyxl
 import pytest
-from conftest import (
-    KINDS,
-    build,
-    charts_in,
-    check_built,
-    cli,
-    one_line_error,
-    parse_ref,
-    requires_libreoffice,
-)
-from test_teaching import english_prose
+from helpers.books import KINDS, build, check_built, placement_of
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice
+from helpers.sheets import charts_in, english_prose, parse_ref
 
 from workbook_builder import api
 from workbook_builder.demo import demo_plan
@@ -27,7 +20,6 @@ from workbook_builder.engines.libreoffice import convert
 from workbook_builder.models import examples as presets
 from workbook_builder.models.examples import make_example, minilm_zip
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.limits import place_kind
 from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.places import CHART_MAX_SERIES
 from workbook_builder.teaching.reproduce import TUTORIALS
@@ -365,7 +357,7 @@ def test_examples_in_chinese_leave_no_english_prose(kind_name, example, no_minil
 def test_the_plan_places_every_block_where_the_writer_does(tmp_path, kind_name, params):
     kind = KINDS[kind_name]
     p = make_params(kind, params)
-    plan = place_kind(kind, p, "cells")
+    plan = placement_of(kind, p, "cells")
     path = build(tmp_path, kind_name, params)
     wb = openpyxl.load_workbook(path)
     for name, block in plan.blocks.items():

@@ -13,10 +13,12 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build, cli, formulas_of, requires_libreoffice
+from helpers.books import KINDS, awkward_workbook, build
+from helpers.cli import cli
+from helpers.requires import requires_libreoffice
+from helpers.sheets import formulas_of
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
-from test_compile_cache import awkward_workbook
 
 from workbook_builder.engines import internals
 from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values

@@ -6,7 +6,9 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, cli, evaluated_blocks, one_line_error, requires_torch
+from helpers.books import build, evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_torch
 
 from reference.attention import attention_ref
 from reference.flash import block_bounds, flash_ref

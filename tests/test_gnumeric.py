@@ -10,20 +10,18 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import (
+from helpers.books import (
     ATTENTION,
     build,
-    cli,
     exercise_book,
     fill,
-    once_per_run,
-    one_line_error,
     planted_copy,
-    requires_gnumeric,
-    requires_libreoffice,
     self_check,
     student_answers,
 )
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice
+from helpers.runs import once_per_run
 
 from workbook_builder.book.files import open_workbook
 from workbook_builder.checking.check import check_workbook

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, formulas_of
+from helpers.books import build
+from helpers.sheets import formulas_of
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {

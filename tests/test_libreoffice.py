@@ -12,7 +12,9 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, planted_copy, requires_libreoffice
+from helpers.books import build, planted_copy
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice
 
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.cli.printing import format_report

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from conftest import build
+from helpers.books import build
 
 from sheets._bands import CAUSAL_MASK, QKV_INPUTS, projections, softmax_steps
 from sheets.attention import AttentionParams

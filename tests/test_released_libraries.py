@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KINDS
+from helpers.books import KINDS
 
 from workbook_builder.xlsx import versions
 

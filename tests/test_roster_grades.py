@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, cli, fill
+from helpers.books import KINDS, fill
+from helpers.cli import cli
 
 from workbook_builder import api
 from workbook_builder.sheet.exercise import KEY_SHEET

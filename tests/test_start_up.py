@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import build
+from helpers.books import build
 
 from workbook_builder.cli.app import _parser, main
 

@@ -31,7 +31,9 @@ from workbook_builder.models.examples import (
 )
 from workbook_builder.models.loader import model_inputs
 from workbook_builder.registry import load_kinds
+from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS
 from workbook_builder.sheet.kind import Kind, make_params
+from workbook_builder.sheet.limits import plan_build
 from workbook_builder.sheet.names import find_name
 
 MANIFEST = ".attnsheets-demo.json"
@@ -66,14 +68,14 @@ def demo_plan(with_model: bool = True) -> list[tuple[str, type[Kind], dict, str]
 def write_demo(kind: type[Kind], values: dict, path: Path, layout: str, lang: str = "en"):
     """Write one demo workbook: the kind's example when `values` names one
     ({"example": NAME}), else the kind at these parameters with inputs from the seed."""
+    given, tokens, note = {}, None, None
     if "example" in values:
         preset = make_example(kind, values["example"])
         given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
-        return write_workbook(kind, make_params(kind, preset.params), path, given=given,
-                              tokens=preset.tokens, layout=layout, force=True,
-                              note=preset.note, lang=lang)
-    return write_workbook(kind, make_params(kind, values), path, layout=layout, force=True,
-                          lang=lang)
+        values, tokens, note = preset.params, preset.tokens, preset.note
+    request = plan_build(kind, make_params(kind, values), tokens, layout=layout, lang=lang,
+                         note=note, array_block_cells=CONSTANT_BLOCK_CELLS)
+    return write_workbook(request, path, given=given, force=True)
 
 
 def build_and_check(kind_name: str, values: dict, layout: str, path: Path) -> DemoResult:
@@ -147,9 +149,10 @@ def real_model_demo(out: Path, force: bool) -> RealModelDemo | None:
     model = model_inputs(kind.name, zipped, layer=0, text=SEED_SENTENCE)
     path = out / REAL_MODEL_BOOK
     path.parent.mkdir(exist_ok=True)
-    built = write_workbook(kind, make_params(kind, model.params), path, given=model.inputs,
-                           tokens=model.labels, layout="blocks", force=True,
-                           note=model.note)
+    request = plan_build(kind, make_params(kind, model.params), model.labels,
+                         layout="blocks", note=model.note,
+                         array_block_cells=CONSTANT_BLOCK_CELLS)
+    built = write_workbook(request, path, given=model.inputs, force=True)
     report = check_workbook(path, values=built.values, workbook=built.workbook)
     manifest[REAL_MODEL_BOOK] = _sha256(path)
     _save_manifest(manifest_path, manifest)

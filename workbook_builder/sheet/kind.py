@@ -27,7 +27,6 @@ from workbook_builder.sheet.declare import (
     size_name,
     size_of,
 )
-from workbook_builder.sheet.layout import SheetWriter
 
 KINDS: dict[str, type["Kind"]] = {}
 
@@ -183,22 +182,6 @@ class Kind:
     def demo_note(cls) -> str | None:
         """Text `attnsheets demo` prints after its table (e.g. a measured comparison)."""
         return None
-
-    # -- the sheet -------------------------------------------------------------------------
-    @classmethod
-    def lay_out(cls, sheet: SheetWriter, params, inputs: dict[str, np.ndarray],
-                labels: list[str]) -> None:
-        """Write every declared section."""
-        sheet.params = params
-        sheet.label_sets = cls.label_sets(params, labels)
-        sections = list(cls.sections(params))  # a kind may declare them lazily
-        declared = {i.name for i in cls.inputs if i.present(params)}
-        placed = {item.name for sec in sections for band in sec.bands for item in band
-                  if isinstance(item, Input)}
-        if placed != declared:  # a declaration error, caught by the tests of every kind
-            raise ValueError(f"kind {cls.name} places inputs {sorted(placed)} but declares "
-                             f"{sorted(declared)}")
-        sheet.write(sections, inputs)
 
 
 def _checked(declare: Callable) -> Callable:

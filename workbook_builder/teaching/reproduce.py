@@ -19,10 +19,11 @@ from workbook_builder.errors import UserError
 from workbook_builder.registry import get_kind
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT
 from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.printing import FONT_NAME, PrintUnit, set_print_layout
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
+from workbook_builder.sheet.request import BuildRequest
+from workbook_builder.sheet.styles import BOLD_FONT, TEXT_FONT
 
 AGREE_WITHIN = 0.0005  # printed to 3 decimals
 DIFFERS_FONT = Font(name=FONT_NAME, bold=True, color="9C0006")
@@ -81,7 +82,7 @@ def _write_example(tutorial: Tutorial, example: Example, path: Path, force: bool
     kind = get_kind(example.kind)
     params = make_params(kind, example.params)
     inputs = {k: np.asarray(v, dtype=float) for k, v in example.inputs.items()}
-    wb = build_workbook(kind, params, inputs, tutorial.tokens, "cells")
+    wb = build_workbook(BuildRequest(kind, params, tutorial.tokens), inputs)
     ws = wb.create_sheet("Tutorial", 0)
     lines = [(f"Printed by the tutorial vs computed live — {tutorial.source}",
               Font(name=FONT_NAME, bold=True, size=13)),

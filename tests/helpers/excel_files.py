@@ -8,8 +8,7 @@ layout, and workbooks built from tiny random checkpoints of every model family r
 from importlib.util import find_spec
 from pathlib import Path
 
-from conftest import cli
-
+from helpers.cli import cli
 from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.errors import UserError
 from workbook_builder.registry import load_kinds
@@ -97,12 +96,14 @@ def tiny_checkpoints(folder: Path) -> dict[str, Path]:
     empty without transformers."""
     if find_spec("transformers") is None:
         return {}
-    from test_checkpoints import save_tiny_bert
-    from test_decoder_block import save_tiny_gpt2
-    from test_llama_block import TEACHING as LLAMA_SIZES
-    from test_llama_block import save_llama
-    from test_mamba_block import TEACHING as MAMBA_SIZES
-    from test_mamba_block import save_mamba
+    from helpers.models import (
+        LLAMA_SIZES,
+        MAMBA_SIZES,
+        save_llama,
+        save_mamba,
+        save_tiny_bert,
+        save_tiny_gpt2,
+    )
 
     return {"bert": save_tiny_bert(folder / "tiny-bert"),
             "gpt2": save_tiny_gpt2(folder / "tiny-gpt2"),
