@@ -172,15 +172,58 @@ def test_the_layer_rule_sees_an_import_upward_a_sideways_one_and_a_package_left_
         "side imports high, not below it: side.c -> high.b"]
 
 
+def architecture_map() -> str:
+    return (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
 def test_the_map_lists_the_layers_the_imports_keep():
     """docs/architecture.md's list of layers, top first, names the packages of LAYERS."""
-    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    section = text.split("### The layers, top to bottom", 1)[1].split("\n#", 1)[0]
-    listed = [tuple(f"workbook_builder.{name}" if name not in ("sheets", "reference",
-                                                               "workbook_builder") else name
-                    for name in re.findall(r"`([\w.]+)/?`", line.split(" — ")[0]))
+    section = architecture_map().split("### The layers, top to bottom", 1)[1].split("\n#", 1)[0]
+    listed = [tuple(name if name in ("sheets", "reference", "workbook_builder")
+                    else f"workbook_builder.{name}"
+                    for name in re.findall(r"`([\w.]+?)/?`", line.split(" — ")[0]))
               for line in section.splitlines() if line.startswith("- ")]
     assert listed == [tuple(layer) for layer in reversed(LAYERS)]
+
+
+def test_the_map_names_every_module_of_the_machinery():
+    """Every module of workbook_builder/ is named in docs/architecture.md's layout of the
+    code, as `module.py` in its package's entry (a top-level module as `module.py`)."""
+    layout = architecture_map().split("## Layout of the code", 1)[1].split("\n## ", 1)[0]
+    entries = re.split(r"\n  - (?=`)", layout)  # one entry per package of workbook_builder/
+    unnamed = []
+    for path in sorted((ROOT / "workbook_builder").rglob("*.py")):
+        parts = path.relative_to(ROOT / "workbook_builder").parts
+        if parts[-1] == "__init__.py":
+            continue
+        if len(parts) == 1:
+            named = f"`{parts[0]}`" in layout
+        else:
+            entry = next((e for e in entries if e.startswith(f"`{parts[0]}/`")), "")
+            named = f"`{parts[-1]}`" in entry or f"`{'/'.join(parts[1:])}`" in entry
+        if not named:
+            unnamed.append("/".join(parts))
+    assert not unnamed, f"modules docs/architecture.md does not name: {unnamed}"
+
+
+# what declaring a kind must never bring: the writer, the engines, whole books
+RENDERERS = ("workbook_builder.sheet.layout", "workbook_builder.sheet.hand_layout",
+             "workbook_builder.sheet.kind_sheet", "workbook_builder.sheet.charts",
+             "workbook_builder.sheet.exercise", "workbook_builder.engines",
+             "workbook_builder.book")
+
+
+def test_declaring_a_kind_imports_no_writer():
+    graph = import_graph()
+    for kind in (m for m in graph if m.startswith("sheets.")):
+        seen, todo = set(), [kind]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert not [m for m in seen if m.startswith(RENDERERS)], (kind, sorted(
+            m for m in seen if m.startswith(RENDERERS)))
 
 
 def test_the_machinery_knows_nothing_of_the_command_line():

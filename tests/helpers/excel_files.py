@@ -5,10 +5,10 @@ session fixtures of conftest.py write: the `hand` layout and Chinese labels of e
 the `--example` presets the demo leaves out, a class's exercises and answer keys in each
 layout, and workbooks built from tiny random checkpoints of every model family read."""
 
-from importlib.util import find_spec
 from pathlib import Path
 
 from helpers.cli import cli
+from helpers.models import tiny_checkpoints
 from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.errors import UserError
 from workbook_builder.registry import load_kinds
@@ -91,24 +91,6 @@ def checkpoint_books(folder: Path, checkpoints: dict[str, Path]) -> list[Path]:
     return written
 
 
-def tiny_checkpoints(folder: Path) -> dict[str, Path]:
-    """The test suite's tiny random models of every family, saved with save_pretrained;
-    empty without transformers."""
-    if find_spec("transformers") is None:
-        return {}
-    from helpers.models import (
-        LLAMA_SIZES,
-        MAMBA_SIZES,
-        save_llama,
-        save_mamba,
-        save_tiny_bert,
-        save_tiny_gpt2,
-    )
-
-    return {"bert": save_tiny_bert(folder / "tiny-bert"),
-            "gpt2": save_tiny_gpt2(folder / "tiny-gpt2"),
-            "llama": save_llama(folder / "tiny-llama", LLAMA_SIZES),
-            "mamba": save_mamba(folder / "tiny-mamba", MAMBA_SIZES)}
 
 
 def write_every_kind_of_file(folder: Path) -> list[Path]:

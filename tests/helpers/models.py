@@ -4,6 +4,7 @@ reference every checkpoint test holds a sheet to (the fixtures of tests/conftest
 each once per run)."""
 
 import shutil
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
@@ -256,3 +257,14 @@ def engine_values(path: Path, book, libreoffice: bool):
     yield "formulas", book.values
     if libreoffice and (shutil.which("soffice") or shutil.which("libreoffice")):
         yield "libreoffice", evaluate_with_libreoffice(path)
+
+
+def tiny_checkpoints(folder: Path) -> dict[str, Path]:
+    """The test suite's tiny random models of every family, saved with save_pretrained;
+    empty without transformers."""
+    if find_spec("transformers") is None:
+        return {}
+    return {"bert": save_tiny_bert(folder / "tiny-bert"),
+            "gpt2": save_tiny_gpt2(folder / "tiny-gpt2"),
+            "llama": save_llama(folder / "tiny-llama", LLAMA_SIZES),
+            "mamba": save_mamba(folder / "tiny-mamba", MAMBA_SIZES)}
