@@ -296,3 +296,18 @@ def test_the_command_line_reaches_the_machinery_only_through_the_api():
                 assert target.startswith(("workbook_builder.cli", "workbook_builder.api")) \
                     or target in ("workbook_builder", "workbook_builder.errors"), \
                     f"{name} imports {target}"
+
+
+def test_tests_import_their_helpers_one_way_and_never_each_other():
+    """Helpers come from tests/helpers/ as `helpers.<module>`: no test module imports
+    another, nor conftest (pytest loads it), nor anything through `tests.`."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found += [f"{path.relative_to(ROOT)} imports {name}" for name in names
+                      if name.split(".")[0] in ("conftest", "tests")
+                      or name.split(".")[0].startswith("test_")]
+    assert not found, found
