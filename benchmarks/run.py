@@ -46,7 +46,7 @@ class Case:
 def minilm_case() -> Case:
     """A real BERT layer: all-MiniLM-L6-v2's layer 0 (1.77 M input cells) on the seed
     sentence, from the MiniLM package's model.zip when it is installed."""
-    from workbook_builder.demo import MINILM_PIP, SEED_SENTENCE, minilm_zip
+    from workbook_builder.models.examples import MINILM_PIP, SEED_SENTENCE, minilm_zip
 
     zipped = minilm_zip()
     return Case("MiniLM encoder-block layer 0", "encoder-block",
@@ -125,11 +125,12 @@ def libreoffice_seconds(path: Path, work: Path) -> float | None:
 def numpy_seconds(path: Path, runs: int = 20) -> float:
     """Median time of the kind's NumPy reference on the inputs the file holds."""
     from workbook_builder.book.files import open_workbook
-    from workbook_builder.book.workbook import read_spec, spec_kind_params
+    from workbook_builder.book.workbook import read_spec, spec_request
     from workbook_builder.checking.check import read_inputs
 
     wb = open_workbook(path, array_blocks=True)
-    kind, params = spec_kind_params(read_spec(wb, path))
+    request = spec_request(read_spec(wb, path))
+    kind, params = request.kind, request.params
     inputs = read_inputs(wb, kind, params, path, dict)
     times = []
     for _ in range(runs):
@@ -140,7 +141,7 @@ def numpy_seconds(path: Path, runs: int = 20) -> float:
 
 
 def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
-    from workbook_builder.sheet.registry import load_kinds
+    from workbook_builder.registry import load_kinds
 
     if case.kind not in load_kinds():
         return {"case": case, "skipped": f"kind {case.kind} not built yet"}

@@ -84,7 +84,7 @@ def _workbook(wb) -> dict:
 
 def cases():
     from workbook_builder.demo import demo_plan
-    from workbook_builder.teaching.exercise import ExerciseSpec
+    from workbook_builder.sheet.request import ExerciseSpec
     seen = set()
     for name, kind, values, _ in demo_plan(with_model=True):
         stem = name.rsplit("_", 1)[0]
@@ -112,12 +112,13 @@ def build(kind, values, layout, lang, edition, student):
     import numpy as np
 
     from workbook_builder.book.workbook import build_workbook
+    from workbook_builder.models.examples import make_example
     from workbook_builder.sheet.kind import complete_inputs, make_params
     from workbook_builder.sheet.limits import check_fits, check_sizes, planned_places
-    from workbook_builder.teaching.exercise import ExerciseSpec
+    from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
     given, tokens, note = {}, None, None
     if "example" in values:
-        preset = kind.example(values["example"])
+        preset = make_example(kind, values["example"])
         given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
         params, tokens, note = make_params(kind, preset.params), preset.tokens, preset.note
     else:
@@ -129,13 +130,12 @@ def build(kind, values, layout, lang, edition, student):
                                 edition == "self-check")
     check_sizes(kind, params)
     labels = kind.labels(params, tokens)
-    extent = check_fits(kind, params, labels, exercise, layout=layout)
-    places = planned_places(kind, params, layout, exercise, labels)
+    request = BuildRequest(kind, params, labels, layout, lang, exercise, student,
+                           "Ann" if student else "", note, None if exercise else 64)
+    extent = check_fits(request)
+    places = planned_places(request)
     inputs = complete_inputs(kind, params, given, 0)
-    wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
-                        student=student, note=note,
-                        student_name="Ann" if student else "",
-                        array_block_cells=None if exercise else 64)
+    wb = build_workbook(request, inputs)
     return {"extent": extent, "places": sorted((n, vars(b)) for n, b in places.items()),
             **_workbook(wb)}
 

@@ -43,7 +43,7 @@ from workbook_builder.sheet import (
     rows_of,
     section,
 )
-from workbook_builder.sheet.layout import CHART_MAX_POINTS, CHART_MAX_SERIES
+from workbook_builder.sheet.places import CHART_MAX_POINTS, CHART_MAX_SERIES
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from workbook_builder.sheet import (
 )
 from workbook_builder.sheet.declare import block_shapes
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import get_kind
 
 
 @dataclass(frozen=True)
@@ -124,9 +123,9 @@ class Ssm(Kind):
     demo_examples = ("hand",)
 
     @classmethod
-    def demo_note(cls) -> str:
+    def demo_note(cls, kinds) -> str:
         return "Formula cells grow linearly with length here, quadratically in attention:\n" \
-            + growth_table()
+            + growth_table(kinds["attention"])
 
     @classmethod
     def random_input(cls, name, shape, p, rng):
@@ -181,10 +180,10 @@ def formula_cells(kind: type[Kind], values: dict) -> int:
                if name in set(kind.step_names(p)))
 
 
-def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int = 4):
-    """Formula cells of an ssm sheet and of an attention sheet (d_model = d_k = D) of the
-    same length (the attention kind found by its name: a kind imports no other kind)."""
-    attention = get_kind("attention")
+def formula_cell_growth(attention: type[Kind], lengths=(8, 16, 32, 64), d_model: int = 4,
+                        d_state: int = 4):
+    """Formula cells of an ssm sheet and of an `attention` sheet (d_model = d_k = D) of the
+    same length (the attention kind is given: a kind imports no other kind)."""
     return [{"seq_len": n,
              "ssm": formula_cells(Ssm, {"seq_len": n, "d_model": d_model, "d_state": d_state}),
              "attention": formula_cells(attention, {"seq_len": n, "d_model": d_model,
@@ -192,13 +191,9 @@ def formula_cell_growth(lengths=(8, 16, 32, 64), d_model: int = 4, d_state: int 
             for n in lengths]
 
 
-def growth_table() -> str:
+def growth_table(attention: type[Kind]) -> str:
     """Formula cells of ssm vs attention at the same length: linear vs quadratic."""
     lines = [f"{'L':>5} {'ssm cells':>10} {'attention cells':>16}   (D = N = d_k = 4)"]
-    for r in formula_cell_growth():
+    for r in formula_cell_growth(attention):
         lines.append(f"{r['seq_len']:>5} {r['ssm']:>10} {r['attention']:>16}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":  # python -m sheets.ssm: the linear-vs-quadratic table
-    print(growth_table())

@@ -2,10 +2,11 @@
 itself): in that run no guard lets a shortcut through, and a workbook is calculated by the
 engine's own path."""
 
-from conftest import build
+from helpers.books import build
 
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.internals import of_formulas, of_openpyxl, versions
+from workbook_builder.engines.internals import of_formulas
+from workbook_builder.xlsx import of_openpyxl, versions
 
 
 def test_this_run_takes_every_released_path(tmp_path):

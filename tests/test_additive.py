@@ -4,14 +4,16 @@ tutorial's BahdanauAttention (with biases) and against the paper's sum written a
 
 import numpy as np
 import pytest
-from conftest import build, cli, one_line_error, requires_torch
-from test_positional import assert_steps_are_formulas
+from helpers.books import build
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_torch
+from helpers.sheets import assert_steps_are_formulas
 
 from reference.additive import additive_ref
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.cli.printing import format_report
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import load_kinds
 
 KIND = load_kinds()["additive"]
 

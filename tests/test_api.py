@@ -8,7 +8,8 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from conftest import cli, requires_libreoffice
+from helpers.cli import cli
+from helpers.requires import requires_libreoffice
 from nbclient import NotebookClient
 
 from workbook_builder import api

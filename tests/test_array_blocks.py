@@ -11,17 +11,16 @@ from pathlib import Path
 import numpy as np
 import openpyxl
 import pytest
-from conftest import ALL_CASES, KINDS, requires_gnumeric, requires_libreoffice
+from helpers.books import ALL_CASES, KINDS, book_in_memory, write_book
+from helpers.requires import requires_gnumeric, requires_libreoffice
 from openpyxl.comments import Comment
 from openpyxl.styles import Font
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder import api
 from workbook_builder.book import sheet_xml
-from workbook_builder.book.files import open_workbook, save_atomic, write_workbook
-from workbook_builder.book.workbook import build_workbook
+from workbook_builder.book.files import open_workbook, save_atomic
 from workbook_builder.checking.check import check_workbook, read_inputs
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import FormulasModel
 from workbook_builder.engines.gnumeric import ssconvert_path
 from workbook_builder.engines.libreoffice import convert
@@ -32,6 +31,7 @@ from workbook_builder.sheet.constants import (
     positions_inside,
 )
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import cell_ref, parse_range
 
 FIRST_CASES = {name: case for name, i, case in ALL_CASES if i == 0}
@@ -41,7 +41,7 @@ def _written(tmp_path: Path, kind_name: str, case: dict, layout: str, array_cell
              name: str) -> Path:
     kind = KINDS[kind_name]
     path = tmp_path / name
-    write_workbook(kind, make_params(kind, case), path, seed=3, layout=layout, force=True,
+    write_book(kind, make_params(kind, case), path, seed=3, layout=layout, force=True,
                    array_block_cells=array_cells)
     return path
 
@@ -91,7 +91,7 @@ def test_array_blocks_write_the_same_workbook_as_cells(tmp_path, kind_name):
 def test_a_large_input_block_is_held_as_an_array_and_a_small_one_as_cells(tmp_path):
     kind = KINDS["attention"]
     params = make_params(kind, {"seq_len": 70, "d_model": 64, "d_k": 2})  # X: 4,480 cells
-    book = write_workbook(kind, params, tmp_path / "a.xlsx", layout="blocks")
+    book = write_book(kind, params, tmp_path / "a.xlsx", layout="blocks")
     held = {(b.values.shape) for ws in book.workbook.worksheets for b in constant_blocks(ws)}
     assert held == {(70, 64)}
     read = open_workbook(book.path, array_blocks=True)  # as `check` reads it
@@ -135,7 +135,7 @@ def test_whole_numbers_read_back_as_integers_both_ways(tmp_path, monkeypatch):
     kind = KINDS["attention"]
     given = {"X": np.array([[1.0, -2.0], [0.5, 3.0], [4.0, 1e17]])}
     path = tmp_path / "w.xlsx"
-    write_workbook(kind, make_params(kind, FIRST_CASES["attention"]), path, given=given,
+    write_book(kind, make_params(kind, FIRST_CASES["attention"]), path, given=given,
                    array_block_cells=1)
     fast, general, _ = _values_read_both_ways(path, monkeypatch)
     assert _same_typed(fast, general) == []
@@ -170,7 +170,7 @@ def test_a_cell_styled_inside_an_array_block_is_written_with_its_style(tmp_path)
     labels = kind.labels(params, None)
     books = {}
     for name, cells in (("plain", None), ("arrays", 1)):
-        wb = build_workbook(kind, params, inputs, labels, "cells", array_block_cells=cells)
+        wb = book_in_memory(kind, params, inputs, labels, "cells", array_block_cells=cells)
         where = find_name(wb, "X", Path(name))
         wb[where.sheet].cell(where.top, where.left).font = Font(bold=True)
         books[name] = tmp_path / f"{name}.xlsx"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import build
+from helpers.books import build
 
 from reference.encoder_block import encoder_block_ref
 from sheets._blocks.attention import X

@@ -15,18 +15,13 @@ from pathlib import Path
 
 import openpyxl
 import pytest
+from helpers.books import ATTENTION, KINDS, build
+from helpers.cli import PEAK_MEMORY_PROBE
+from helpers.requires import requires_gnumeric, requires_libreoffice
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
-from tests.conftest import (
-    ATTENTION,
-    KINDS,
-    PEAK_MEMORY_PROBE,
-    build,
-    requires_gnumeric,
-    requires_libreoffice,
-)
-from workbook_builder.checking.names import find_name
+from workbook_builder.sheet.names import find_name
 
 pytestmark = pytest.mark.slow  # commands run under a memory cap, in processes of their own
 

@@ -1,4 +1,4 @@
-"""The translation catalogs (workbook_builder/teaching/locale/*.po) against the sheets:
+"""The translation catalogs (workbook_builder/language/locale/*.po) against the sheets:
 every entry is needed by some demo, example or test case, every entry keeps its English's
 {slots}, and a Chinese sheet holds no English but names, equations, token labels and
 numbers. A broken catalog is refused when read, with the line and the entry."""
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from workbook_builder.teaching import catalog, i18n
-from workbook_builder.teaching.po import PoEntry, PoError, read_po, write_po
+from workbook_builder.language import i18n
+from workbook_builder.language.po import PoEntry, PoError, read_po, write_po
+from workbook_builder.teaching import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCALE = ROOT / "workbook_builder" / "teaching" / "locale"
+LOCALE = ROOT / "workbook_builder" / "language" / "locale"
 CATALOGS = sorted(LOCALE.glob("*.po"))
 
 
@@ -134,8 +135,8 @@ def test_a_malformed_catalog_is_refused_with_its_line(text, error):
 def test_the_catalogs_are_package_data():
     """`pip install .` (not only -e) ships them: pyproject's package-data names them."""
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    patterns = setup["package-data"]["workbook_builder.teaching"]
-    package = ROOT / "workbook_builder" / "teaching"
+    patterns = setup["package-data"]["workbook_builder.language"]
+    package = ROOT / "workbook_builder" / "language"
     shipped = {p for pattern in patterns for p in package.glob(pattern)}
     assert set(CATALOGS) <= shipped
 

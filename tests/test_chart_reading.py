@@ -8,10 +8,10 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build
+from helpers.books import build
 
+from workbook_builder.language.i18n import SHARED, catalog_sections
 from workbook_builder.sheet.printing import row_pt
-from workbook_builder.teaching.i18n import SHARED, catalog_sections
 
 DRAWING_NS = "{http://schemas.openxmlformats.org/drawingml/2006/spreadsheetDrawing}"
 # the words the charts of these kinds must show, by language (English: the message ids)

@@ -4,13 +4,13 @@ caught and its step named, and unreadable inputs are refused with the cell's add
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, evaluated_blocks
+from helpers.books import build, evaluated_blocks
 
 from workbook_builder.checking.check import check_workbook, compare_block
-from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.errors import UserError
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.names import NamedRange, find_name
 
 
 def _cell(wb, name, i, j):

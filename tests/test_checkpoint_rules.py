@@ -11,7 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli, evaluated_blocks, one_line_error, requires_transformers
+from helpers.books import evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_transformers
 
 from workbook_builder import api
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
@@ -273,23 +275,18 @@ def test_bare_roberta_weights_count_positions_from_its_padding_row(encoders, tmp
 
 # -- GPT-2 --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def gpt2(tmp_path_factory) -> Path:
-    from test_decoder_block import save_tiny_gpt2
-
-    return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "gpt2")
 
 
 def gpt2_block_io(folder: Path, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    from test_decoder_block import gpt2_forward
+    from helpers.models import gpt2_forward
 
     seen, _ = gpt2_forward(folder, ids)
     return seen[1]  # block 1's input and output
 
 
 @pytest.mark.parametrize("act", [None] + sorted(GELU_OF))
-def test_gpt2_activations_equal_transformers(gpt2, tmp_path, act):
-    folder = variant(gpt2, tmp_path / "m", **({} if act is None else
+def test_gpt2_activations_equal_transformers(tiny_gpt2, tmp_path, act):
+    folder = variant(tiny_gpt2, tmp_path / "m", **({} if act is None else
                                                {"activation_function": act}))
     x, out = gpt2_block_io(folder, IDS)
     got = sheet_blocks("decoder-block", tmp_path / "d.xlsx", ["X", "OUTPUT"],
@@ -300,28 +297,28 @@ def test_gpt2_activations_equal_transformers(gpt2, tmp_path, act):
     assert relative(got["formulas"]["OUTPUT"], out) < RTOL
 
 
-def test_gpt2_values_the_sheet_does_not_compute_are_refused(gpt2, tmp_path):
+def test_gpt2_values_the_sheet_does_not_compute_are_refused(tiny_gpt2, tmp_path):
     cases = [{"activation_function": act} for act in act2fn() if act not in GELU_OF]
     cases += [{"scale_attn_weights": False}, {"add_cross_attention": True}, {"n_head": 3}]
     for n, changes in enumerate(cases):
-        folder = variant(gpt2, tmp_path / str(n), **changes)
+        folder = variant(tiny_gpt2, tmp_path / str(n), **changes)
         for kind in ("decoder-block", "gpt", "kv-cache"):
             line = refusal(kind, tmp_path / "x.xlsx", checkpoint=folder)
             assert next(iter(changes)) in line and "--" not in line, line
     # the kv-cache sheet's scores are divided by √d_k only
-    folder = variant(gpt2, tmp_path / "inverse", scale_attn_by_inverse_layer_idx=True)
+    folder = variant(tiny_gpt2, tmp_path / "inverse", scale_attn_by_inverse_layer_idx=True)
     line = refusal("kv-cache", tmp_path / "x.xlsx", checkpoint=folder)
     assert "scale_attn_by_inverse_layer_idx" in line
 
 
-def test_gpt2_scores_divided_by_the_layer_index_equal_transformers(gpt2, tmp_path):
+def test_gpt2_scores_divided_by_the_layer_index_equal_transformers(tiny_gpt2, tmp_path):
     """scale_attn_by_inverse_layer_idx: block 1's scores also divided by 2, live on the
     decoder-block sheet and in every block of the gpt sheet (its logits)."""
-    from test_decoder_block import gpt2_forward
+    from helpers.models import gpt2_forward
 
-    folder = variant(gpt2, tmp_path / "m", scale_attn_by_inverse_layer_idx=True)
+    folder = variant(tiny_gpt2, tmp_path / "m", scale_attn_by_inverse_layer_idx=True)
     (x, out), logits = gpt2_forward(folder, IDS)[0][1], gpt2_forward(folder, IDS)[1]
-    assert relative(out, gpt2_block_io(gpt2, IDS)[1]) > 1e-3  # the setting tells
+    assert relative(out, gpt2_block_io(tiny_gpt2, IDS)[1]) > 1e-3  # the setting tells
     ids = ",".join(map(str, IDS))
     got = sheet_blocks("decoder-block", tmp_path / "d.xlsx", ["X", "OUTPUT"], True,
                        checkpoint=folder, layer=1, token_ids=ids)
@@ -335,8 +332,8 @@ def test_gpt2_scores_divided_by_the_layer_index_equal_transformers(gpt2, tmp_pat
     assert relative(got["LOGITS"], logits) < RTOL
 
 
-def test_bare_gpt2_weights_with_an_unread_tensor_are_refused(gpt2, tmp_path):
-    tensors = weights(gpt2)
+def test_bare_gpt2_weights_with_an_unread_tensor_are_refused(tiny_gpt2, tmp_path):
+    tensors = weights(tiny_gpt2)
     tensors["transformer.h.0.attn.bias"] = np.ones((1, 1, 16, 16), np.float32)  # old buffer
     ok = bare(tmp_path / "ok.safetensors", tensors)
     api.build("decoder-block", checkpoint=ok, heads=2, layout="blocks")
@@ -348,15 +345,10 @@ def test_bare_gpt2_weights_with_an_unread_tensor_are_refused(gpt2, tmp_path):
 
 # -- LLaMA -------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory) -> Path:
-    from test_llama_block import TEACHING, save_llama
-
-    return save_llama(tmp_path_factory.mktemp("llama") / "llama", TEACHING)
 
 
 def assert_llama_equal(checkpoint, folder: Path, tmp_path: Path, layer: int, **flags):
-    from test_llama_block import embedded, llama_model, transcribed_layer
+    from helpers.models import embedded, llama_model, transcribed_layer
 
     model = llama_model(folder)
     x = embedded(model, IDS)
@@ -372,20 +364,20 @@ def assert_llama_equal(checkpoint, folder: Path, tmp_path: Path, layer: int, **f
 
 @pytest.mark.parametrize("changes", [{}, {"rms_norm_eps": MISSING},
                                      {"rms_norm_eps": 1e-6, "pretraining_tp": 2}])
-def test_llama_values_the_sheet_computes_equal_transformers(llama, tmp_path, changes):
-    folder = variant(llama, tmp_path / "m", **changes)
+def test_llama_values_the_sheet_computes_equal_transformers(tiny_llama, tmp_path, changes):
+    folder = variant(tiny_llama, tmp_path / "m", **changes)
     assert_llama_equal(folder, folder, tmp_path, 1)
 
 
-def test_bare_llama_weights_at_layer_1_read_d_ff_and_kv_heads_from_the_shapes(llama,
+def test_bare_llama_weights_at_layer_1_read_d_ff_and_kv_heads_from_the_shapes(tiny_llama,
                                                                              tmp_path):
     """The layers before --layer get the same sizes as it: d_ff (48×32 was read as 8×32
     before) and the key/value heads, from the tensors' shapes."""
-    assert_llama_equal(llama / "model.safetensors", llama, tmp_path, 1, heads=2,
+    assert_llama_equal(tiny_llama / "model.safetensors", tiny_llama, tmp_path, 1, heads=2,
                        rms_eps=1e-5, rope_theta=100.0)
 
 
-def test_llama_values_the_sheet_does_not_compute_are_refused(llama, tmp_path):
+def test_llama_values_the_sheet_does_not_compute_are_refused(tiny_llama, tmp_path):
     cases = [{"hidden_act": act} for act in act2fn() if act != "silu"]
     cases += [{"head_dim": 2}, {"num_key_value_heads": 3}]
     # without the key, LlamaConfig's default (as many key/value heads as heads) does not fit
@@ -396,7 +388,7 @@ def test_llama_values_the_sheet_does_not_compute_are_refused(llama, tmp_path):
     for n, changes in enumerate(cases):
         key = list(changes)[-1]
         changes = {k: v for k, v in changes.items() if k != "k_proj"}
-        folder = variant(llama, tmp_path / str(n), **changes)
+        folder = variant(tiny_llama, tmp_path / str(n), **changes)
         line = refusal("llama-block", tmp_path / "x.xlsx", checkpoint=folder)
         assert key in line or (key == "rope_parameters" and "RoPE type" in line), line
         assert "--" not in line, line
@@ -405,12 +397,12 @@ def test_llama_values_the_sheet_does_not_compute_are_refused(llama, tmp_path):
 def save_biased(folder: Path, model_type: str, **config) -> Path:
     """A seeded random LLaMA-style model with bias rows (moved off 0), saved."""
     import torch
-    from test_llama_block import TEACHING
+    from helpers.models import LLAMA_SIZES
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(
-        model_type, **TEACHING, rope_theta=100.0, rms_norm_eps=1e-5,
+        model_type, **LLAMA_SIZES, rope_theta=100.0, rms_norm_eps=1e-5,
         max_position_embeddings=64, **config))
     with torch.no_grad():
         for name, value in model.named_parameters():
@@ -429,7 +421,7 @@ def test_biased_llama_layers_equal_transformers(tmp_path, model_type, config):
     """Qwen2's q/k/v biases and LLaMA's attention_bias (also o_proj) and mlp_bias, as live
     bias rows; from the folder and from the bare weights file (biases read by their
     presence)."""
-    from test_llama_block import embedded, transcribed_layer
+    from helpers.models import embedded, transcribed_layer
     from transformers import AutoModelForCausalLM
 
     folder = save_biased(tmp_path / "m", model_type, **config)
@@ -475,30 +467,25 @@ def test_llama_bias_tensors_the_config_does_not_turn_on_are_refused(tmp_path):
 
 # -- Mamba -------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def mamba(tmp_path_factory) -> Path:
-    from test_mamba_block import TEACHING, save_mamba
-
-    return save_mamba(tmp_path_factory.mktemp("mamba") / "mamba", TEACHING)
 
 
-def test_mamba_values_are_equal_or_refused(mamba, tmp_path):
-    from test_mamba_block import loaded, transcribed_hidden_states
+def test_mamba_values_are_equal_or_refused(tiny_mamba, tmp_path):
+    from helpers.models import loaded, transcribed_hidden_states
 
-    states = transcribed_hidden_states(loaded(mamba), IDS)
-    got = sheet_blocks("mamba-block", tmp_path / "m.xlsx", ["OUTPUT"], checkpoint=mamba,
+    states = transcribed_hidden_states(loaded(tiny_mamba), IDS)
+    got = sheet_blocks("mamba-block", tmp_path / "m.xlsx", ["OUTPUT"], checkpoint=tiny_mamba,
                        layer=1, token_ids=",".join(map(str, IDS)))
     print(f"mamba formulas: OUTPUT {relative(got['formulas']['OUTPUT'], states[2]):.1e}")
     assert relative(got["formulas"]["OUTPUT"], states[2]) < RTOL
     cases = [{"hidden_act": act} for act in act2fn() if act != "silu"] + [{"use_bias": True}]
     for n, changes in enumerate(cases):
-        folder = variant(mamba, tmp_path / str(n), **changes)
+        folder = variant(tiny_mamba, tmp_path / str(n), **changes)
         line = refusal("mamba-block", tmp_path / "x.xlsx", checkpoint=folder)
         assert next(iter(changes)) in line, line
-    folder = variant(mamba, tmp_path / "no-conv-bias", use_conv_bias=False)
+    folder = variant(tiny_mamba, tmp_path / "no-conv-bias", use_conv_bias=False)
     line = refusal("mamba-block", tmp_path / "x.xlsx", checkpoint=folder)
     assert "conv1d.bias" in line and "use_conv_bias" in line
-    tensors = {**weights(mamba), "backbone.layers.0.mixer.in_proj.bias":
+    tensors = {**weights(tiny_mamba), "backbone.layers.0.mixer.in_proj.bias":
                np.ones(2 * 2 * 8, np.float32)}
     line = refusal("mamba-block", tmp_path / "x.xlsx",
                    checkpoint=bare(tmp_path / "b.safetensors", tensors))

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli, evaluated_blocks, fill, one_line_error, requires_transformers
+from helpers.books import evaluated_blocks, fill
+from helpers.cli import cli, one_line_error
+from helpers.models import WORDS, assert_close
+from helpers.requires import requires_transformers
 
 from workbook_builder import api, demo
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
@@ -21,45 +24,12 @@ from workbook_builder.models.loader import model_inputs
 
 pytestmark = requires_transformers
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "animal", "didn", "'", "t", "cross",
-         "street", "because", "it", "was", "too", "tired", "."]
 SENTENCE = "The animal didn't cross the street because it was too tired."
 RTOL = 1e-9
 
 
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory) -> Path:
-    return save_tiny_bert(tmp_path_factory.mktemp("tiny") / "tiny-bert")
 
 
-def save_tiny_bert(folder: Path) -> Path:
-    """A random 2-layer BERT (d = 8, 2 heads, FFN 12, exact GELU, eps 1e-12) saved with
-    save_pretrained (config.json + model.safetensors) and a WordPiece tokenizer.json."""
-    import torch
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordPiece
-    from tokenizers.normalizers import BertNormalizer
-    from tokenizers.pre_tokenizers import BertPreTokenizer
-    from tokenizers.processors import TemplateProcessing
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(vocab_size=len(WORDS), hidden_size=8, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=12,
-                        max_position_embeddings=20, hidden_act="gelu", layer_norm_eps=1e-12)
-    torch.manual_seed(0)
-    model = BertModel(config)
-    with torch.no_grad():  # LayerNorm γ and β and the biases start at 1 and 0: make them tell
-        for name, value in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                value.add_(0.3 * torch.randn_like(value))
-    model.save_pretrained(folder)
-    tokenizer = Tokenizer(WordPiece({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    tokenizer.normalizer = BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = BertPreTokenizer()
-    tokenizer.post_processor = TemplateProcessing(single="[CLS] $A [SEP]",
-                                                  special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    tokenizer.save(str(folder / "tokenizer.json"))
-    return folder
 
 
 def token_ids(folder: Path) -> list[int]:
@@ -90,10 +60,6 @@ def bert_forward(folder: Path, ids: list[int]):
             [a[0].numpy() for a in out.attentions], dense)
 
 
-def assert_close(got, exp, what):
-    error = np.abs(got - exp).max() / max(1.0, np.abs(exp).max())
-    print(f"{what}: max relative |sheet − transformers| = {error:.1e}")
-    assert error < RTOL, what
 
 
 def engines(book_path: Path, book):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import cli, one_line_error, requires_libreoffice
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice
 
 from workbook_builder.engines.libreoffice import has_chinese_font
 

@@ -11,11 +11,12 @@ import zipfile
 
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, run_cli
+from helpers.books import build
+from helpers.cli import cli, one_line_error, run_cli
 
 import workbook_builder.api
 import workbook_builder.demo
-from workbook_builder.checking.names import find_name
+from workbook_builder.sheet.names import find_name
 
 
 def test_list_shows_every_kind_with_a_description():

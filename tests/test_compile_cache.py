@@ -5,14 +5,14 @@ formulas and for files saved by LibreOffice."""
 
 import openpyxl
 import pytest
-from conftest import ALL_CASES, ATTENTION, build, exercise_book, fill, requires_libreoffice
-from openpyxl.workbook.defined_name import DefinedName
-from openpyxl.worksheet.formula import ArrayFormula
+from helpers.books import ALL_CASES, ATTENTION, awkward_workbook, build, exercise_book, fill
+from helpers.requires import requires_libreoffice
 
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.internals import of_formulas, versions
+from workbook_builder.engines.internals import of_formulas
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet import refs
+from workbook_builder.xlsx import versions
 
 
 def typed(values):
@@ -82,48 +82,6 @@ def test_exercises_unfilled_and_filled_give_the_same_values(tmp_path, layout):
     assert_same_values(fill(path, answers, ["WEIGHTS"], tmp_path / "half.xlsx"))
 
 
-def awkward_workbook(path):
-    """Formulas filled down and across that a compile cache could get wrong."""
-    wb = openpyxl.Workbook()
-    ws = wb.active
-    ws.title = "Data"
-    other = wb.create_sheet("my sheet")
-    for row in range(1, 7):
-        ws.cell(row, 1, row * 1.5)
-        ws.cell(row, 2, 10 - row)
-        other.cell(row, 1, row * 100)
-        r = row
-        fills = {
-            3: f"=A{r}*2+B{r}",
-            4: f"=ROW()*A{r}+COLUMN()",  # depends on the cell's own position
-            5: f"=A{r}+$A$1",  # A1 and $A$1: the same cell in row 1
-            6: f"='my sheet'!A{r}+A{r}",
-            7: f"=SUM(NUMS)+FIRST+A{r}",  # defined names
-            8: f'="A{r}"&B{r}&LEN("B2:C3")',  # strings that look like references
-            9: f"=I{r - 1}+A{r}" if row > 1 else "=A1",  # a chain down the column
-            10: f"=$A{r}*B$1",
-            11: f"=SUM(A$1:A{r})",  # a range that grows down the column
-            12: f'=IF(A{r}>4,"big",A{r})',
-            13: f"=1/(A{r}-3)",  # #DIV/0! in row 2
-            14: f"=data!A{r}+Data!B{r}",
-            15: f"=SUMPRODUCT(A{r}:B{r},A$1:B$1)",
-            16: f"=B{7 - r}-A{r}",
-            17: f"=$A$1:A{r}",  # a range whose corners swap above row 1? never: A1 is top
-            18: f"=O{r}*2",
-            22: f"=A{r + 1}+$A$3",  # in row 2 both are A3: that cell takes its own path
-            23: f"=A{r}-A{r + 5}",  # 'A5' < 'A6' but 'A10' < 'A5': inputs sort differently
-        }
-        for col, formula in fills.items():
-            ws.cell(row, col, formula)
-        ws.cell(7, row, f"={chr(64 + row)}1+{chr(64 + row)}$2")  # across a row
-    ws["S1"] = ArrayFormula("S1:S2", "=A1:A2*2")
-    ws["S3"] = ArrayFormula("S3:S4", "=A3:A4*2")
-    ws["T1"] = ArrayFormula("T1:U1", "=TRANSPOSE(A1:A2)")
-    ws["T2"] = ArrayFormula("T2:U2", "=TRANSPOSE(A2:A3)")
-    wb.defined_names["NUMS"] = DefinedName("NUMS", attr_text="Data!$A$1:$A$6")
-    wb.defined_names["FIRST"] = DefinedName("FIRST", attr_text="Data!$B$1")
-    wb.save(path)
-    return path
 
 
 def test_awkward_formulas_give_the_same_values(tmp_path):

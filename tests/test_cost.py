@@ -9,10 +9,10 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build
+from helpers.books import KINDS, build
 
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.sheet.names import find_name
 
 COSTED = ("multihead", "flash", "sliding-window", "linear", "ssm")
 # every demo case of the five kinds (built once per run) whose sheet has a cost table (linear's

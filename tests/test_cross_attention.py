@@ -6,16 +6,18 @@ import json
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, requires_torch
-from test_positional import assert_steps_are_formulas
+from helpers.books import build
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_torch
+from helpers.sheets import assert_steps_are_formulas
 
 from reference.attention import attention_ref
 from reference.cross_attention import cross_attention_ref
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.names import find_name
 
 KIND = load_kinds()["cross-attention"]
 

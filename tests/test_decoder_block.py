@@ -5,75 +5,27 @@ checkpoint or flag that does not fit."""
 
 import json
 import shutil
-from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import cli, evaluated_blocks, one_line_error, requires_transformers
+from helpers.books import evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.models import assert_close, engine_values, gpt2_forward, save_tiny_gpt2
+from helpers.requires import requires_transformers
 
 from workbook_builder import api
-from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 
 RTOL = 1e-9
 IDS = [5, 17, 3, 42, 8, 0]
 
 
-def save_tiny_gpt2(folder: Path, *, n_embd: int = 8, n_head: int = 2, n_layer: int = 2,
-                   vocab: int = 50, n_positions: int = 16, n_inner: int | None = None,
-                   **config) -> Path:
-    """A random GPT2LMHeadModel (float64, seeded) saved with save_pretrained; LayerNorm γ, β
-    and every bias moved away from their initial 1 and 0 so that each one tells."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    gpt_config = GPT2Config(vocab_size=vocab, n_positions=n_positions, n_embd=n_embd,
-                            n_layer=n_layer, n_head=n_head, n_inner=n_inner, bos_token_id=0,
-                            eos_token_id=0, **config)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(gpt_config).double().eval()
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if "ln_" in name or name.endswith("bias"):
-                value.add_(0.3 * torch.randn_like(value))
-            elif name.endswith("weight"):  # GPT-2's 0.02 init makes every block near identity
-                value.mul_(10.0)
-    model.save_pretrained(folder)
-    return folder
 
 
-def gpt2_forward(folder: Path, ids: list[int]):
-    """transformers' GPT2LMHeadModel in float64 on these ids: each block's input and output
-    (forward hooks on GPT2Block) and the logits."""
-    import torch
-    from transformers import GPT2LMHeadModel
-
-    model = GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float64).eval()
-    seen = []
-    hooks = [block.register_forward_hook(
-        lambda _m, args, out: seen.append((args[0][0].numpy(), out[0].numpy())))
-        for block in model.transformer.h]
-    with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits[0].numpy()
-    for hook in hooks:
-        hook.remove()
-    return seen, logits
 
 
-def assert_close(got, exp, what):
-    error = np.abs(got - exp).max() / max(1.0, np.abs(exp).max())
-    print(f"{what}: max relative |sheet − transformers| = {error:.1e}")
-    assert error < RTOL, what
 
 
-def engine_values(path: Path, book, libreoffice: bool):
-    yield "formulas", book.values
-    if libreoffice and (shutil.which("soffice") or shutil.which("libreoffice")):
-        yield "libreoffice", evaluate_with_libreoffice(path)
 
 
-@pytest.fixture(scope="module")
-def tiny_gpt2(tmp_path_factory) -> Path:
-    return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "tiny-gpt2")
 
 
 @requires_transformers

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from doc_blocks import ROOT, RUN, blocks_of, doc_pages
+from helpers.doc_blocks import ROOT, RUN, blocks_of, doc_pages
 
 NEEDS = {"soffice": "LibreOffice (apt-get install libreoffice-calc-nogui)",
          "pdfunite": "poppler's pdfunite (apt-get install poppler-utils)"}

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import KINDS
+from helpers.books import KINDS
 
 from workbook_builder import docs
 from workbook_builder.sheet.kind import make_params

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import openpyxl
 import pytest
-from conftest import cli, one_line_error, requires_gnumeric, requires_libreoffice, requires_torch
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
 from openpyxl.worksheet.formula import ArrayFormula
 
 from reference.encoder_block import encoder_block_ref, gelu_exact, gelu_tanh

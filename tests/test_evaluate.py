@@ -9,12 +9,14 @@ from importlib.metadata import version
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build, formulas_of
+from helpers.books import KINDS, build
+from helpers.sheets import formulas_of
 
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.internals import of_formulas, of_openpyxl, versions
+from workbook_builder.engines.internals import of_formulas
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import parse_range
+from workbook_builder.xlsx import of_openpyxl, versions
 
 
 def formula_cells(path):

@@ -9,25 +9,18 @@ import zipfile
 import numpy as np
 import openpyxl
 import pytest
-from conftest import (
-    KINDS,
-    build,
-    charts_in,
-    check_built,
-    cli,
-    one_line_error,
-    parse_ref,
-    requires_libreoffice,
-)
-from test_teaching import english_prose
+from helpers.books import KINDS, build, check_built, placement_of
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice
+from helpers.sheets import charts_in, english_prose, parse_ref
 
-import sheets._examples
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
-from workbook_builder.demo import demo_plan, minilm_zip
+from workbook_builder.demo import demo_plan
 from workbook_builder.engines.libreoffice import convert
+from workbook_builder.models import examples as presets
+from workbook_builder.models.examples import make_example, minilm_zip
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.places import CHART_MAX_SERIES
 from workbook_builder.teaching.reproduce import TUTORIALS
 
@@ -46,7 +39,7 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
 @pytest.fixture
 def no_minilm(monkeypatch):
     """As on a machine without the all-MiniLM-L6-v2 package."""
-    monkeypatch.setattr(sheets._examples, "minilm_zip", lambda: None)
+    monkeypatch.setattr(presets, "minilm_zip", lambda: None)
 
 
 # -- presets -------------------------------------------------------------------------------
@@ -67,7 +60,7 @@ def test_every_example_says_where_its_numbers_come_from_and_its_columns_fit(demo
     """The demo builds and checks every example (tests/test_cli.py); its sheet says where
     the numbers come from, and every number fits its column."""
     kind = KINDS[kind_name]
-    note = kind.example(example).note
+    note = make_example(kind, example).note
     assert note and note in openpyxl.load_workbook(demo.out / name)[kind.sheet_title]["A2"].value
     assert overflowing_cells(demo.out / name) == []
 
@@ -364,7 +357,7 @@ def test_examples_in_chinese_leave_no_english_prose(kind_name, example, no_minil
 def test_the_plan_places_every_block_where_the_writer_does(tmp_path, kind_name, params):
     kind = KINDS[kind_name]
     p = make_params(kind, params)
-    plan = place_kind(kind, p, "cells")
+    plan = placement_of(kind, p, "cells")
     path = build(tmp_path, kind_name, params)
     wb = openpyxl.load_workbook(path)
     for name, block in plan.blocks.items():

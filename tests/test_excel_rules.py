@@ -12,8 +12,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import once_per_run
-from excel_files import write_every_kind_of_file
+from helpers.excel_files import write_every_kind_of_file
+from helpers.runs import once_per_run
 
 from workbook_builder.checking.xlsx_lint import MAX_TEXT, lint_workbook
 

@@ -9,13 +9,14 @@ import tempfile
 from pathlib import Path
 
 import openpyxl
+from helpers.books import ATTENTION, build
+from helpers.cli import cli, one_line_error
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ATTENTION, build, cli, one_line_error
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli import app
+from workbook_builder.sheet.names import find_name
 
 
 def test_a_negative_seed_is_one_line(tmp_path):

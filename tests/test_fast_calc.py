@@ -13,17 +13,20 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build, cli, formulas_of, requires_libreoffice
+from helpers.books import KINDS, awkward_workbook, build
+from helpers.cli import cli
+from helpers.requires import requires_libreoffice
+from helpers.sheets import formulas_of
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
-from test_compile_cache import awkward_workbook
 
 from workbook_builder.engines import internals
 from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values
-from workbook_builder.engines.internals import direct_calc, of_formulas, of_schedula, versions
+from workbook_builder.engines.internals import direct_calc, of_formulas, of_schedula
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet import refs
 from workbook_builder.sheet.refs import parse_range
+from workbook_builder.xlsx import versions
 
 # the default tier: cell formulas (attention) and array formulas and recurrences (blocks);
 # the slow tier: every other kind at its largest test case, and every kind at the demo's

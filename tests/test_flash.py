@@ -6,14 +6,16 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, cli, evaluated_blocks, one_line_error, requires_torch
+from helpers.books import build, evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_torch
 
 from reference.attention import attention_ref
 from reference.flash import block_bounds, flash_ref
 from sheets.attention import AttentionParams
 from sheets.flash import FlashParams
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.sheet.names import find_name
 
 # (n, B, causal): every block size 1..n, so sizes that do not divide n, B = 1 and B = n
 CASES = [(n, b, causal) for n in (1, 2, 3, 5, 7, 8) for b in range(1, n + 1)

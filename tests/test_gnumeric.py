@@ -10,30 +10,28 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import (
+from helpers.books import (
     ATTENTION,
     build,
-    cli,
     exercise_book,
     fill,
-    once_per_run,
-    one_line_error,
     planted_copy,
-    requires_gnumeric,
-    requires_libreoffice,
     self_check,
     student_answers,
 )
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice
+from helpers.runs import once_per_run
 
 from workbook_builder.book.files import open_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report, format_side_by_side
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.gnumeric import recalculate, recalculate_many
 from workbook_builder.engines.libreoffice import convert_many, read_values
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.names import find_name
 
 ENGINES = ("formulas", "libreoffice", "gnumeric")
 

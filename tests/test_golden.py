@@ -9,9 +9,10 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, formulas_of
+from helpers.books import build
+from helpers.sheets import formulas_of
 
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.registry import load_kinds
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -6,20 +6,16 @@ to the argmax of the model's logits for the new sequence."""
 import numpy as np
 import openpyxl
 import pytest
-from conftest import (
-    cli,
-    evaluated_blocks,
-    formulas_of,
-    one_line_error,
-    requires_libreoffice,
-    requires_transformers,
-)
-from test_decoder_block import assert_close, engine_values, gpt2_forward, save_tiny_gpt2
+from helpers.books import evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.models import assert_close, engine_values, gpt2_forward, save_tiny_gpt2
+from helpers.requires import requires_libreoffice, requires_transformers
+from helpers.sheets import formulas_of
 
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import range_ref
 
 pytestmark = requires_transformers
@@ -31,9 +27,6 @@ def softmax(row: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-@pytest.fixture(scope="module")
-def tiny_gpt2(tmp_path_factory):
-    return save_tiny_gpt2(tmp_path_factory.mktemp("gpt") / "tiny-gpt2")
 
 
 @pytest.mark.parametrize("layout", ["cells", "blocks"])

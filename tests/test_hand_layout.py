@@ -9,19 +9,19 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build, cli, fill, one_line_error, requires_libreoffice
+from helpers.books import KINDS, build, fill, placement_of, write_book
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice
 
-from workbook_builder.book.files import write_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.sheet.declare import MatMul
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import parse_range
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.request import ExerciseSpec
 
 # teaching sizes: the kinds' demo sizes, with biases and grouped heads where they exist
 TEACHING = {
@@ -157,8 +157,8 @@ def test_the_plan_places_every_block_and_copy_as_the_writer_does(tmp_path, kind_
     every named block, and as many cells (inputs, results and copies) as the file."""
     kind = KINDS[kind_name]
     params = make_params(kind, values)
-    plan = place_kind(kind, params, "hand")
-    built = write_workbook(kind, params, tmp_path / "book.xlsx", layout="hand")
+    plan = placement_of(kind, params, "hand")
+    built = write_book(kind, params, tmp_path / "book.xlsx", layout="hand")
     wb = built.workbook
     for name, block in plan.blocks.items():
         where = find_name(wb, name, built.path)
@@ -188,7 +188,7 @@ def test_beyond_teaching_sizes_is_one_line_naming_the_limit_and_the_other_layout
     # the copies are formula cells: a --max-cells that the cells layout fits is too few
     params = {"seq_len": 3, "d_model": 2, "d_k": 2}
     kind = KINDS["attention"]
-    cells = write_workbook(kind, make_params(kind, params), tmp_path / "c.xlsx")
+    cells = write_book(kind, make_params(kind, params), tmp_path / "c.xlsx")
     fits = sum(r * c for r, c in kind.input_shapes(make_params(kind, params)).values()) + \
         cells.formula_cells
     flags = ["--seq-len", 3, "--d-model", 2, "--d-k", 2, "--max-cells", fits]

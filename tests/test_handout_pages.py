@@ -9,8 +9,9 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import cli, requires_libreoffice
-from page_fill import page_fills
+from helpers.cli import cli
+from helpers.page_fill import page_fills
+from helpers.requires import requires_libreoffice
 
 from workbook_builder.book.workbook import new_workbook
 from workbook_builder.engines.libreoffice import has_chinese_font

@@ -17,20 +17,21 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, evaluated_blocks, once_per_run, requires_libreoffice
-from page_fill import page_fills
+from helpers.books import build, evaluated_blocks, placement_of
+from helpers.page_fill import page_fills
+from helpers.requires import requires_libreoffice
+from helpers.runs import once_per_run
 
 from workbook_builder import api
 from workbook_builder.book.files import handout_copy
 from workbook_builder.book.workbook import new_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import convert_many, has_chinese_font
+from workbook_builder.registry import KINDS
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.printing import PrintUnit, plan_pages
-from workbook_builder.sheet.registry import KINDS
 
 requires_pdftotext = pytest.mark.skipif(
     shutil.which("pdftotext") is None, reason="pdftotext is missing (apt-get install "
@@ -362,7 +363,7 @@ def test_the_plan_decides_the_compact_layout_as_the_writer_does(layout):
     kind = KINDS["attention"]
     example = kind.examples["hand"]()
     params = make_params(kind, example.params)
-    plan = place_kind(kind, params, layout)
+    plan = placement_of(kind, params, layout)
     book = api.build("attention", example="hand", layout=layout)
     ws = book.workbook[kind.sheet_title]
     assert plan.compact

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli, one_line_error
+from helpers.cli import cli, one_line_error
 
 from workbook_builder.models.families import BERT, GPT2, LLAMA, TABLE
 

@@ -6,8 +6,6 @@ import csv
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,17 +13,19 @@ from pathlib import Path
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, cli, fill, one_line_error, requires_libreoffice
+from helpers.books import KINDS, fill
+from helpers.cli import cli, one_line_error, start, terminate_once
+from helpers.requires import requires_libreoffice
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbook_builder import api
 from workbook_builder.book import files
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.libreoffice import convert
 from workbook_builder.sheet.kind import complete_inputs, make_params
+from workbook_builder.sheet.names import find_name
+from workbook_builder.sheet.request import make_spec
 from workbook_builder.teaching import classroom
-from workbook_builder.teaching.exercise import make_spec
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 PARAMS = {"seq_len": 3, "d_model": 2, "d_k": 2}
@@ -480,29 +480,8 @@ def test_a_forced_class_failing_while_moving_in_puts_the_old_files_back(tmp_path
 
 # -- interrupts ------------------------------------------------------------------------------
 
-def start(args, tmp_path, program=("-m", "workbook_builder")) -> tuple[subprocess.Popen, Path]:
-    """The CLI in a new process whose temporary folder is a private one, to look into."""
-    private = tmp_path / "tmp"
-    private.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(private)}
-    return subprocess.Popen([sys.executable, *map(str, program), *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=Path(__file__).parent.parent,
-                            # as from a terminal, whatever the test runner ignores
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
-                            ), private
 
 
-def terminate_once(process: subprocess.Popen, seen,
-                   signum: int = signal.SIGTERM) -> tuple[int, str]:
-    """`signum` as soon as `seen()` holds (the work is under way); the exit code, stderr."""
-    deadline = time.monotonic() + 300
-    while not seen() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert process.poll() is None, "finished before it could be interrupted"
-    process.send_signal(signum)
-    _, err = process.communicate(timeout=120)
-    return process.returncode, err
 
 
 @pytest.mark.parametrize("signum, code, says", [(signal.SIGTERM, 143, "terminated"),

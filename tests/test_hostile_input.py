@@ -13,17 +13,10 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import (
-    ATTENTION,
-    build,
-    cli,
-    exercise_book,
-    one_line_error,
-    requires_libreoffice,
-    run_cli,
-)
+from helpers.books import ATTENTION, build, exercise_book
+from helpers.cli import cli, one_line_error, run_cli, start, terminate_once
+from helpers.requires import requires_libreoffice
 from openpyxl.workbook.defined_name import DefinedName
-from test_hostile_grading import start, terminate_once
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 DEEP = "[" * 5000 + "]" * 5000  # beyond the json module's recursion

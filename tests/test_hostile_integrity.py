@@ -10,14 +10,16 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import KINDS, cli, fill, one_line_error, requires_gnumeric, requires_libreoffice
+from helpers.books import KINDS, book_in_memory, fill
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice
 
 from workbook_builder import api
-from workbook_builder.book.workbook import read_spec, spec_kind_params
-from workbook_builder.checking.names import find_name
+from workbook_builder.book.workbook import read_spec, spec_request
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.names import find_name
+from workbook_builder.sheet.request import ExerciseSpec
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 PARAMS = {"seq_len": 3, "d_model": 2, "d_k": 2}
@@ -199,7 +201,6 @@ def test_the_planned_places_are_where_the_writer_puts_every_name(tmp_path, kind_
     """The placement `check` and `grade` trust, against what the writer names, for a
     kind's first two test cases (compact sheets and not) in every layout, as an exercise
     (its CHECK_ cells too) with long row labels."""
-    from workbook_builder.book.workbook import build_workbook
     from workbook_builder.sheet.limits import planned_places
 
     kind = KINDS[kind_name]
@@ -210,12 +211,11 @@ def test_the_planned_places_are_where_the_writer_puts_every_name(tmp_path, kind_
         exercise = ExerciseSpec(tuple(kind.step_names(params)[-1:]))
         for layout in ("cells", "blocks", "hand"):
             try:
-                wb = build_workbook(kind, params, inputs, labels, layout, exercise=exercise)
+                wb = book_in_memory(kind, params, inputs, labels, layout, exercise=exercise)
             except Exception as exc:  # the hand layout refuses sizes beyond teaching
                 assert layout == "hand", exc
                 continue
-            kind_of, params_of = spec_kind_params(read_spec(wb, tmp_path))
-            planned = planned_places(kind_of, params_of, layout, exercise)
+            planned = planned_places(spec_request(read_spec(wb, tmp_path)))
             named = {n: find_name(wb, n, tmp_path) for n in wb.defined_names}
             assert {n: (p.sheet, p.top, p.left, p.bottom, p.right)
                     for n, p in named.items()} == \
@@ -259,7 +259,7 @@ def test_inputs_in_date_cells_are_numbers_for_check(tmp_path):
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_both_readers_give_date_cells_as_numbers(tmp_path, monkeypatch, shortcuts):
     """openpyxl 3.1's reader told not to convert, and the public path converting back."""
-    from workbook_builder.engines.internals import of_openpyxl
+    from workbook_builder.xlsx import of_openpyxl
 
     numbers = [0.25, -1.5, 43000.123456789, 2.0, 59.5, 61.0]
     wb = openpyxl.Workbook()

@@ -5,9 +5,8 @@ its reference agree on what the steps are."""
 
 import numpy as np
 import pytest
-from conftest import ALL_CASES, KINDS, build, check_built
+from helpers.books import ALL_CASES, KINDS, book_in_memory, build, check_built
 
-from workbook_builder.book.workbook import build_workbook
 from workbook_builder.cli.printing import format_report
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.hand_layout import HAND_MAX_SIDE
@@ -50,7 +49,7 @@ def test_every_named_block_is_an_input_or_a_declared_step(kind_name, index, case
     kind = KINDS[kind_name]
     params = make_params(kind, case)
     inputs = complete_inputs(kind, params, {}, index)
-    wb = build_workbook(kind, params, inputs, kind.labels(params, None), "cells")
+    wb = book_in_memory(kind, params, inputs, kind.labels(params, None), "cells")
     steps = kind.step_names(params)
     assert len(set(steps)) == len(steps)
     assert set(wb.defined_names) == set(inputs) | set(steps)

@@ -11,21 +11,20 @@ from pathlib import Path
 import numpy as np
 import openpyxl
 import pytest
-from conftest import cli, evaluated_blocks, one_line_error, requires_torch, requires_transformers
+from helpers.books import evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.models import assert_close
+from helpers.requires import requires_torch, requires_transformers
 
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.names import find_name
 
 RTOL = 1e-9
 IDS = [3, 14, 15, 9, 2, 6]
 
 
-def assert_close(got, exp, what):
-    error = np.abs(got - exp).max() / max(1.0, np.abs(exp).max())
-    print(f"{what}: max relative difference = {error:.1e}")
-    assert error < RTOL, f"{what}: {error:.1e}"
 
 
 def save_gpt2(folder: Path, d: int, heads: int, layers: int, vocab: int,

@@ -1,6 +1,7 @@
-"""Only workbook_builder/engines/internals/ touches what `formulas`, `schedula` and `openpyxl`
-do not publish: every other module of workbook_builder/, sheets/ and reference/ is read
-(its syntax tree, not its text) and may use only their public names.
+"""Each library's internals behind one door: only workbook_builder/xlsx/of_openpyxl.py touches
+what `openpyxl` does not publish, and only workbook_builder/engines/internals/ what `formulas`
+and `schedula` do not; every other module of workbook_builder/, sheets/ and reference/ is
+read (its syntax tree, not its text) and may use only their public names.
 
 What counts as public, per library:
 - formulas: the package itself and the names it exports (`formulas.__all__`: Parser,
@@ -16,7 +17,7 @@ What counts as public, per library:
   ...); `openpyxl.cell._writer` and `openpyxl.worksheet._reader` are not among them.
 - For all three, no name starting with one "_" (dunders such as `__version__` are public).
 
-The rules, outside the internals package:
+The rules, outside the doors:
 1. no import of a module that is not public, nor of a name that is not public from one
    (`import x.y`, `from x.y import z`, `importlib.import_module("x.y")`);
 2. no attribute of a library module that is not public (`formulas.cell.Cell`,
@@ -41,8 +42,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("workbook_builder", "sheets", "reference")
-INTERNALS = ("workbook_builder", "engines", "internals")
 LIBRARIES = ("formulas", "schedula", "openpyxl")
+# each door (a package or a module) and the libraries whose internals it alone may use
+DOORS = {("workbook_builder", "xlsx", "of_openpyxl.py"): ("openpyxl",),
+         ("workbook_builder", "engines", "internals"): ("formulas", "schedula")}
 # the standard library's underscored names that its documentation publishes
 STANDARD_UNDERSCORED = frozenset({"_replace", "_asdict", "_fields", "_make",
                                   "_field_defaults", "_getframe", "_exit", "_name_",
@@ -77,8 +80,10 @@ def project_files(root: Path) -> list[Path]:
     return sorted(p for package in PACKAGES for p in (root / package).rglob("*.py"))
 
 
-def inside_internals(root: Path, path: Path) -> bool:
-    return path.relative_to(root).parts[:len(INTERNALS)] == INTERNALS
+def door_of(root: Path, path: Path) -> tuple[str, ...] | None:
+    """The door `path` is part of, or None."""
+    parts = path.relative_to(root).parts
+    return next((door for door in DOORS if parts[:len(door)] == door), None)
 
 
 def defined_underscored(trees: list[ast.AST]) -> set[str]:
@@ -248,7 +253,7 @@ def _mark_parents(tree: ast.AST) -> None:
 def violations(root: Path = ROOT) -> list[str]:
     files = project_files(root)
     trees = {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in files}
-    outside = {path: tree for path, tree in trees.items() if not inside_internals(root, path)}
+    outside = {path: tree for path, tree in trees.items() if door_of(root, path) is None}
     own = defined_underscored(list(outside.values()))
     found = []
     for path, tree in outside.items():
@@ -257,10 +262,10 @@ def violations(root: Path = ROOT) -> list[str]:
     return found
 
 
-def test_only_the_internals_package_touches_library_internals():
+def test_only_the_doors_touch_library_internals():
     found = violations()
     print("\n".join(found))
-    assert not found, f"{len(found)} uses of library internals outside {'/'.join(INTERNALS)}"
+    assert not found, f"{len(found)} uses of library internals outside the doors"
 
 
 def test_the_rule_sees_each_kind_of_use(tmp_path):
@@ -291,10 +296,11 @@ def test_the_rule_sees_each_kind_of_use(tmp_path):
         ["1", "4", "5", "8", "10", "11", "12", "13", "17"], found
 
 
-def internals_imports() -> set[str]:
-    """The libraries of LIBRARIES the internals package imports."""
+def door_imports(door: tuple[str, ...]) -> set[str]:
+    """The libraries of LIBRARIES a door imports."""
     found = set()
-    for path in (ROOT.joinpath(*INTERNALS)).rglob("*.py"):
+    where = ROOT.joinpath(*door)
+    for path in [where] if where.is_file() else where.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 found.update(alias.name.split(".")[0] for alias in node.names)
@@ -304,9 +310,14 @@ def internals_imports() -> set[str]:
 
 
 def test_every_library_the_internals_touch_has_a_version_guard():
-    from workbook_builder.engines.internals import versions
+    from workbook_builder.xlsx import versions
 
-    assert internals_imports() == set(LIBRARIES)
+    # a door imports the libraries it is the door of, and no other's: no other library's
+    # internals can be reached through it
+    assert {door: door_imports(door) for door in DOORS} == \
+        {door: set(libraries) for door, libraries in DOORS.items()}
+    assert sorted(library for libraries in DOORS.values() for library in libraries) == \
+        sorted(LIBRARIES)
     assert set(versions.SUPPORTED) == set(LIBRARIES)
     for library, (low, high) in versions.SUPPORTED.items():
         installed = importlib.import_module(library).__version__
@@ -317,7 +328,8 @@ def test_every_library_the_internals_touch_has_a_version_guard():
 @pytest.mark.parametrize("value,forced", [("1", True), ("yes", True), ("0", False),
                                           ("", False), (None, False)])
 def test_the_environment_switch_turns_every_guard_off(monkeypatch, value, forced):
-    from workbook_builder.engines.internals import of_formulas, of_openpyxl, versions
+    from workbook_builder.engines.internals import of_formulas
+    from workbook_builder.xlsx import of_openpyxl, versions
 
     if value is None:
         monkeypatch.delenv(versions.RELEASED_LIBRARIES_SWITCH, raising=False)
@@ -341,7 +353,7 @@ def test_constraints_pin_every_dependency_and_the_guarded_releases():
 
     from packaging.requirements import Requirement
 
-    from workbook_builder.engines.internals import versions
+    from workbook_builder.xlsx import versions
 
     def canonical(name: str) -> str:
         return name.lower().replace("_", "-").replace(".", "-")
@@ -367,7 +379,7 @@ def test_chart_rows_are_the_rows_a_chart_is_anchored_to():
     from openpyxl.chart import LineChart
     from openpyxl.drawing.spreadsheet_drawing import AnchorMarker, TwoCellAnchor
 
-    from workbook_builder.engines.internals.of_openpyxl import chart_rows
+    from workbook_builder.xlsx.of_openpyxl import chart_rows
 
     ws = Workbook().active
     corner_to_corner = LineChart()
@@ -386,7 +398,7 @@ def test_openpyxl_is_as_released_after_we_read_and_save(tmp_path):
     from openpyxl.styles.fonts import Font
     from openpyxl.worksheet import _reader
 
-    from workbook_builder.engines.internals.of_openpyxl import load_workbook, save_workbook
+    from workbook_builder.xlsx.of_openpyxl import load_workbook, save_workbook
 
     released = (_reader._cast_number, _writer.safe_string, Font.__dict__.get("to_tree"),
                 Font.to_tree)

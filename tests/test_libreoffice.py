@@ -12,12 +12,14 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, planted_copy, requires_libreoffice
+from helpers.books import build, planted_copy
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice
 
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.libreoffice import convert, read_values
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.printing import MIN_SCALE
 
 ERROR_VALUE = re.compile(r"^(#(NAME\?|VALUE!|REF!|DIV/0!|NUM!|N/A|NULL!)|Err:\d+)")

@@ -12,22 +12,14 @@ from pathlib import Path
 
 import openpyxl
 import pytest
+from helpers.books import ATTENTION, KINDS, build, exercise_book, fill
+from helpers.cli import PEAK_MEMORY_PROBE, cli, one_line_error
+from helpers.requires import requires_libreoffice
 from openpyxl.worksheet.formula import ArrayFormula
 
-from tests.conftest import (
-    ATTENTION,
-    KINDS,
-    PEAK_MEMORY_PROBE,
-    build,
-    cli,
-    exercise_book,
-    fill,
-    one_line_error,
-    requires_libreoffice,
-)
-from workbook_builder.checking.names import find_name
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.names import find_name
+from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
 
 pytestmark = pytest.mark.slow  # limits: large grids, files and formulas refused
 
@@ -92,8 +84,8 @@ def test_the_planned_extent_is_the_built_sheets(tmp_path, name):
     wb = openpyxl.load_workbook(path)
     ws = wb[kind.sheet_title]
     named = [find_name(wb, n, path) for n in wb.defined_names if not n.startswith("CHECK_")]
-    extent = plan_extent(kind, params, kind.labels(params, None),
-                         ExerciseSpec((step,)))
+    extent = plan_extent(BuildRequest(kind, params, kind.labels(params, None),
+                                      exercise=ExerciseSpec((step,))))
     assert extent.cells == 2 * sum(w.shape[0] * w.shape[1] for w in named)
     assert (extent.rows, extent.cols) == (ws.max_row, ws.max_column)
 

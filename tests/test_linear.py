@@ -5,7 +5,9 @@ attention, and the sheet's error table against sheets with fewer features."""
 
 import numpy as np
 import pytest
-from conftest import block_values, build, cli, one_line_error, requires_torch
+from helpers.books import block_values, build
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_torch
 
 from reference.linear import EPS, elu_plus_one, linear_ref
 from sheets.linear import Linear, LinearParams

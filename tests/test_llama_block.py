@@ -10,7 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli, evaluated_blocks, one_line_error, requires_transformers
+from helpers.books import evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.models import (
+    assert_close,
+    embedded,
+    engine_values,
+    llama_model,
+    save_llama,
+    transcribed_layer,
+)
+from helpers.requires import requires_transformers
 
 from workbook_builder import api
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
@@ -19,42 +29,14 @@ from workbook_builder.models.loader import model_inputs
 
 MODULE_RTOL, TRANSCRIPTION_RTOL = 1e-6, 1e-9
 IDS = [5, 17, 3, 28, 11]
-TEACHING = {"vocab_size": 32, "hidden_size": 8, "num_hidden_layers": 2,
-            "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 12}
 REALISTIC = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96}
 
 
-def save_llama(folder: Path, sizes: dict) -> Path:
-    """A seeded random LlamaForCausalLM (rope_theta 100, eps 1e-5), RMSNorm weights moved
-    off 1, saved with save_pretrained ("model." before every layer name)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(**sizes, rope_theta=100.0, rms_norm_eps=1e-5,
-                         max_position_embeddings=64)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if "norm" in name:
-                value.add_(0.3 * torch.randn_like(value))
-            elif "proj" in name:  # the default init (std 0.02) would leave attention flat
-                value.normal_(0.0, 0.3)
-    model.save_pretrained(folder)
-    return folder
 
 
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory) -> Path:
-    return save_llama(tmp_path_factory.mktemp("llama") / "tiny-llama", TEACHING)
 
 
-def llama_model(folder: Path):
-    from transformers import LlamaForCausalLM
-
-    return LlamaForCausalLM.from_pretrained(folder, attn_implementation="eager") \
-        .double().eval().model
 
 
 def module_layer(model, layer: int, x: np.ndarray) -> np.ndarray:
@@ -74,67 +56,12 @@ def module_layer(model, layer: int, x: np.ndarray) -> np.ndarray:
     return out[0].numpy()
 
 
-def transcribed_layer(model, layer: int, x: np.ndarray) -> np.ndarray:
-    """The same layer transcribed from transformers' modeling_llama.py in float64 throughout
-    (their RMSNorm, rotary tables and softmax cast to float32)."""
-    import torch
-
-    config, block = model.config, model.layers[layer]
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    dim = config.hidden_size // heads
-    base = (config.rope_parameters["rope_theta"] if hasattr(config, "rope_parameters")
-            else config.rope_theta)
-
-    def rms_norm(norm, h):  # LlamaRMSNorm.forward without .to(torch.float32)
-        variance = h.pow(2).mean(-1, keepdim=True)
-        return norm.weight * (h * torch.rsqrt(variance + norm.variance_epsilon))
-
-    def rotate_half(t):
-        return torch.cat((-t[..., dim // 2:], t[..., :dim // 2]), dim=-1)
-
-    with torch.no_grad():
-        h = torch.tensor(x[None])
-        n = h.shape[1]
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-        freqs = torch.arange(n, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        attn = block.self_attn
-        normed = rms_norm(block.input_layernorm, h)
-        q = attn.q_proj(normed).view(1, n, heads, dim).transpose(1, 2)
-        k = attn.k_proj(normed).view(1, n, kv_heads, dim).transpose(1, 2)
-        v = attn.v_proj(normed).view(1, n, kv_heads, dim).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(heads // kv_heads, dim=1)  # repeat_kv
-        v = v.repeat_interleave(heads // kv_heads, dim=1)
-        scores = q @ k.transpose(2, 3) * dim ** -0.5
-        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
-        out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(1, n, -1)
-        h = h + attn.o_proj(out)
-        normed = rms_norm(block.post_attention_layernorm, h)
-        mlp = block.mlp
-        h = h + mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(normed))
-                              * mlp.up_proj(normed))
-    return h[0].numpy()
 
 
-def embedded(model, ids) -> np.ndarray:
-    import torch
-
-    with torch.no_grad():
-        return model.embed_tokens(torch.tensor([ids]))[0].numpy()
 
 
-def assert_close(got, exp, rtol, what):
-    error = np.abs(got - exp).max() / max(1.0, np.abs(exp).max())
-    print(f"{what}: max relative difference = {error:.1e}")
-    assert error < rtol, f"{what}: {error:.1e}"
 
 
-def engines(path: Path, book, libreoffice: bool):
-    yield "formulas", book.values
-    if libreoffice and (shutil.which("soffice") or shutil.which("libreoffice")):
-        yield "libreoffice", evaluate_with_libreoffice(path)
 
 
 def compare_layer(folder: Path, tmp_path: Path, layer: int, layout: str, libreoffice: bool):
@@ -147,13 +74,13 @@ def compare_layer(folder: Path, tmp_path: Path, layer: int, layout: str, libreof
     x = embedded(model, IDS)
     for k in range(layer):  # the hidden states entering `layer`, in float64
         x = transcribed_layer(model, k, x)
-    for engine, values in engines(path, book, libreoffice):
+    for engine, values in engine_values(path, book, libreoffice):
         got = evaluated_blocks(path, values, ["X", "OUTPUT"])
-        assert_close(got["X"], x, TRANSCRIPTION_RTOL, f"{engine} X, layer {layer}")
+        assert_close(got["X"], x, f"{engine} X, layer {layer}", TRANSCRIPTION_RTOL)
         assert_close(got["OUTPUT"], transcribed_layer(model, layer, got["X"]),
-                     TRANSCRIPTION_RTOL, f"{engine} OUTPUT vs float64 transcription")
-        assert_close(got["OUTPUT"], module_layer(model, layer, got["X"]), MODULE_RTOL,
-                     f"{engine} OUTPUT vs LlamaDecoderLayer")
+                     f"{engine} OUTPUT vs float64 transcription", TRANSCRIPTION_RTOL)
+        assert_close(got["OUTPUT"], module_layer(model, layer, got["X"]),
+                     f"{engine} OUTPUT vs LlamaDecoderLayer", MODULE_RTOL)
     return path
 
 

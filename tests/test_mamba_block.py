@@ -10,102 +10,33 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import (
-    build,
-    check_built,
-    cli,
-    evaluated_blocks,
-    one_line_error,
-    requires_libreoffice,
-    requires_torch,
-    requires_transformers,
+from helpers.books import build, check_built, evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.models import (
+    MAMBA_SIZES,
+    engine_values,
+    loaded,
+    save_mamba,
+    transcribed_hidden_states,
 )
+from helpers.requires import requires_libreoffice, requires_torch, requires_transformers
 
 from workbook_builder import api
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.models.mamba import model_inputs
 
 IDS = [3, 1, 4, 1, 5, 9]
-TEACHING = {"vocab_size": 16, "hidden_size": 4, "state_size": 3, "num_hidden_layers": 2}
 REALISTIC = {"vocab_size": 256, "hidden_size": 64, "state_size": 16, "num_hidden_layers": 2}
 
 
-def save_mamba(folder: Path, sizes: dict) -> Path:
-    """A random MambaForCausalLM in float64 (expand 2, conv kernel 4, dt rank ⌈d/16⌉), its
-    RMSNorm weights and D moved off their initial 1 so that they tell, saved with
-    save_pretrained."""
-    import torch
-    from transformers import MambaConfig, MambaForCausalLM
-
-    torch.manual_seed(0)
-    model = MambaForCausalLM(MambaConfig(**sizes, layer_norm_epsilon=1e-5)).double().eval()
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if name.endswith(("norm.weight", ".D")):
-                value.add_(0.3 * torch.randn_like(value))
-    model.save_pretrained(folder)
-    return folder
 
 
-@pytest.fixture(scope="module")
-def tiny_mamba(tmp_path_factory) -> Path:
-    return save_mamba(tmp_path_factory.mktemp("mamba") / "tiny-mamba", TEACHING)
 
 
-def loaded(folder: Path):
-    import torch
-    from transformers import MambaForCausalLM
-
-    return MambaForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
 
 
-def transcribed_block(block, x):
-    """MambaBlock.forward and MambaMixer's full-sequence path (no cache, the recurrent
-    loop of mamba_selective_scan), statement by statement, without their float32 casts."""
-    import torch
-    import torch.nn.functional as F
-
-    mixer = block.mixer
-    residual = x
-    variance = x.pow(2).mean(-1, keepdim=True)
-    hidden = block.norm.weight * (x * torch.rsqrt(variance + block.norm.variance_epsilon))
-    projected = mixer.in_proj(hidden).transpose(1, 2)
-    hidden, gate = projected.chunk(2, dim=1)
-    seq_len = hidden.shape[-1]
-    hidden = F.conv1d(hidden, mixer.conv1d.weight, mixer.conv1d.bias,
-                      padding=mixer.conv_kernel_size - 1,
-                      groups=mixer.intermediate_size)[:, :, :seq_len]
-    hidden = F.silu(hidden)
-    time_step, B, C = torch.split(mixer.x_proj(hidden.transpose(1, 2)),
-                                  [mixer.time_step_rank, mixer.ssm_state_size,
-                                   mixer.ssm_state_size], dim=-1)
-    dt = F.softplus(mixer.dt_proj.weight @ time_step.transpose(1, 2)
-                    + mixer.dt_proj.bias[..., None])
-    A = -torch.exp(mixer.A_log)
-    discrete_A = torch.exp(A[None, :, None, :] * dt[:, :, :, None])
-    delta_b_u = dt[:, :, :, None] * B[:, None, :, :] * hidden[:, :, :, None]
-    state = torch.zeros(x.shape[0], mixer.intermediate_size, mixer.ssm_state_size,
-                        dtype=x.dtype)
-    outputs = []
-    for t in range(seq_len):
-        state = discrete_A[:, :, t] * state + delta_b_u[:, :, t]
-        outputs.append(torch.matmul(state, C[:, t, :].unsqueeze(-1))[:, :, 0])
-    scan = torch.stack(outputs, dim=-1) + hidden * mixer.D[None, :, None]
-    scan = scan * F.silu(gate)
-    return residual + mixer.out_proj(scan.transpose(1, 2))
 
 
-def transcribed_hidden_states(model, ids) -> list[np.ndarray]:
-    """The embedding rows, then each block's output, by the transcription."""
-    import torch
-
-    with torch.no_grad():
-        x = model.backbone.embeddings(torch.tensor([ids]))
-        states = [x]
-        for block in model.backbone.layers:
-            x = transcribed_block(block, x)
-            states.append(x)
-    return [s[0].numpy() for s in states]
 
 
 def module_block(model, layer: int, x: np.ndarray) -> np.ndarray:
@@ -123,10 +54,6 @@ def relative(got, expected) -> float:
     return float(np.abs(got - expected).max() / max(1.0, np.abs(expected).max()))
 
 
-def engine_values(path: Path, book, libreoffice: bool):
-    yield "formulas", book.values
-    if libreoffice:
-        yield "libreoffice", evaluate_with_libreoffice(path)
 
 
 def compare_with_transformers(folder: Path, path: Path, ids: list[int], layer: int,
@@ -229,7 +156,7 @@ def test_silu_and_softplus_at_the_extremes(tmp_path):
     book_values = {"formulas": None, "libreoffice": evaluate_with_libreoffice(path)}
     for engine, values in book_values.items():
         if values is None:
-            from conftest import BUILT
+            from helpers.books import BUILT
             values = BUILT[path].values
         got = evaluated_blocks(path, values, ["CONV", "U", "DELTA_PRE", "DELTA"])
         expected_u = F.silu(torch.tensor(got["CONV"])).numpy()
@@ -245,7 +172,7 @@ def test_conv_without_bias_reads_as_zero_bias(tmp_path):
     """use_conv_bias false: the checkpoint has no conv1d.bias, CONV_B is zeros, and the
     kind's reference still equals the module's block."""
     folder = tmp_path / "no-conv-bias"
-    save_mamba(folder, {**TEACHING, "use_conv_bias": False})
+    save_mamba(folder, {**MAMBA_SIZES, "use_conv_bias": False})
     got = model_inputs("mamba-block", folder, layer=0, token_ids=IDS)
     assert not got.inputs["CONV_B"].any()
     steps = api.reference("mamba-block", got.inputs, **got.params)

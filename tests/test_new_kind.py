@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from conftest import build
+from helpers.books import build
 
 from sheets._blocks.attention import CAUSAL_MASK, QKV_INPUTS, AttentionParams, projections
 from sheets._blocks.softmax import softmax_steps

@@ -5,14 +5,12 @@ import dataclasses
 
 import openpyxl
 import pytest
-from conftest import KINDS
+from helpers.books import KINDS, book_in_memory, placement_of
 
-from workbook_builder.book.workbook import build_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.sheet.declare import Input, MatMul, Step, section
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.layout import SheetWriter
-from workbook_builder.sheet.limits import place_kind
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.places import (
     COMPACT_WIDTH,
     LAYOUTS,
@@ -22,7 +20,7 @@ from workbook_builder.sheet.places import (
     PlanBeyond,
     place_sheet,
 )
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.request import ExerciseSpec
 
 
 def first_case(kind):
@@ -42,11 +40,11 @@ def test_placing_needs_no_workbook_and_gives_the_same_list_twice(monkeypatch):
         params = first_case(kind)
         for layout in LAYOUTS:
             try:
-                first = place_kind(kind, params, layout)
+                first = placement_of(kind, params, layout)
             except HandTooLarge:
                 assert layout == "hand"
                 continue
-            again = place_kind(kind, params, layout)
+            again = placement_of(kind, params, layout)
             assert first == again and hash(first) == hash(again), (kind.name, layout)
             assert first.placed and all(dataclasses.is_dataclass(p) for p in first.placed)
             with pytest.raises(dataclasses.FrozenInstanceError):
@@ -95,12 +93,12 @@ def test_the_writer_renders_the_placement(kind_name, layout):
     params = first_case(kind)
     exercise = ExerciseSpec(tuple(kind.step_names(params)[-1:]))
     try:
-        placement = place_kind(kind, params, layout, exercise)
+        placement = placement_of(kind, params, layout, exercise)
     except HandTooLarge:
         assert layout == "hand"
         pytest.skip(f"{kind_name}'s first test case is beyond the hand layout's sizes")
     inputs = complete_inputs(kind, params, {}, 0)
-    wb = build_workbook(kind, params, inputs, kind.labels(params, None), layout,
+    wb = book_in_memory(kind, params, inputs, kind.labels(params, None), layout,
                         exercise=exercise)
     ws = wb[kind.sheet_title]
     named = {name: find_name(wb, name, None) for name in wb.defined_names

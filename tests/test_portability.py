@@ -7,13 +7,14 @@ import math
 import numpy as np
 import openpyxl
 import pytest
-from conftest import formulas_of, portability_problems, requires_libreoffice
+from helpers.requires import requires_libreoffice
+from helpers.sheets import formulas_of, portability_problems
 
-from workbook_builder.book.workbook import read_spec, spec_kind_params
+from workbook_builder.book.workbook import read_spec, spec_request
 from workbook_builder.checking.check import read_inputs
-from workbook_builder.checking.names import find_name
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.names import find_name
 
 
 @pytest.mark.parametrize("text,array,bad", [
@@ -55,7 +56,8 @@ def test_fresh_workbooks_carry_their_evaluated_values(demo_books):
     in every step block, and they are the checked values."""
     for path in demo_books:
         wb = openpyxl.load_workbook(path, data_only=True)
-        kind, params = spec_kind_params(read_spec(wb, path))
+        request = spec_request(read_spec(wb, path))
+        kind, params = request.kind, request.params
         expected = kind.reference(read_inputs(wb, kind, params, path, dict), params)
         assert set(expected) == set(kind.step_names(params))
         for name in expected:

@@ -5,15 +5,17 @@ rotate_half), the relative-position property, and the CLI's refusals."""
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build, cli, one_line_error, requires_torch
+from helpers.books import build
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_torch
+from helpers.sheets import assert_steps_are_formulas
 
 from reference.positional import positional_ref, rope, rope_angles
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.refs import parse_range
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.names import find_name
 
 KIND = load_kinds()["positional"]
 
@@ -139,22 +141,6 @@ def test_angles_cos_sin_and_rotation_are_formulas(tmp_path):
         assert isinstance(text, str) and text.startswith("=") and fn in text, (name, text)
 
 
-def assert_steps_are_formulas(path, input_names):
-    """Every cell of every named non-input block is computed by a formula."""
-    wb = openpyxl.load_workbook(path)
-    ws = wb.worksheets[0]
-    arrays = [parse_range(c.value.ref) for row in ws.iter_rows() for c in row
-              if isinstance(c.value, openpyxl.worksheet.formula.ArrayFormula)]
-    for name in wb.defined_names:
-        if name in input_names:
-            continue
-        where = find_name(wb, name, path)
-        for r in range(where.top, where.bottom + 1):
-            for c in range(where.left, where.right + 1):
-                value = ws.cell(r, c).value
-                in_array = any(t <= r <= b and lft <= c <= rgt for t, lft, b, rgt in arrays)
-                assert in_array or (isinstance(value, str) and value.startswith("=")), \
-                    (name, r, c, value)
 
 
 @pytest.mark.parametrize("layout", ["cells", "blocks"])

@@ -5,7 +5,7 @@ other commands need; it links every page of docs/."""
 import re
 from pathlib import Path
 
-from doc_blocks import RUN, SHOWN, blocks_of, doc_pages
+from helpers.doc_blocks import RUN, SHOWN, blocks_of, doc_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

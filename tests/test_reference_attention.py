@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import requires_torch
+from helpers.requires import requires_torch
 
 from reference.attention import attention_ref
 from reference.multihead import multihead_ref

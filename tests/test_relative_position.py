@@ -11,16 +11,9 @@ from decimal import Decimal, localcontext
 import numpy as np
 import openpyxl
 import pytest
-from conftest import (
-    block_values,
-    build,
-    check_built,
-    cli,
-    one_line_error,
-    requires_gnumeric,
-    requires_libreoffice,
-    requires_transformers,
-)
+from helpers.books import block_values, build, check_built
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice, requires_transformers
 
 from reference.relative_position import alibi_slopes, relative_position_ref, t5_buckets
 from sheets.relative_position import RelativePositionParams, f32

@@ -1,5 +1,5 @@
 """The engine tests once more with every library as released (ATTNSHEETS_RELEASED_LIBRARIES=1,
-pytest's --released-libraries): each version guard of workbook_builder/engines/internals
+pytest's --released-libraries): each version guard (workbook_builder/xlsx/versions.py)
 answers "unsupported", so workbooks are read, saved and calculated by the libraries' public
 paths, the way a release outside the tested ones would be. A representative part of the
 suite runs that way in separate pytest runs: every kind's first test case checked against
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KINDS
+from helpers.books import KINDS
 
-from workbook_builder.engines.internals import versions
+from workbook_builder.xlsx import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, cli, fill
+from helpers.books import KINDS, fill
+from helpers.cli import cli
 
 from workbook_builder import api
-from workbook_builder.checking.names import find_name
+from workbook_builder.sheet.exercise import KEY_SHEET
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.teaching.exercise import KEY_SHEET
+from workbook_builder.sheet.names import find_name
 
 SIZES = ("--seq-len", "3", "--d-model", "2", "--d-k", "2")
 PARAMS = {"seq_len": 3, "d_model": 2, "d_k": 2}

@@ -8,29 +8,21 @@ import math
 import numpy as np
 import openpyxl
 import pytest
-from conftest import (
-    KINDS,
-    block_values,
-    build,
-    chart_series,
-    cli,
-    once_per_run,
-    one_line_error,
-    parse_ref,
-    requires_libreoffice,
-    requires_torch,
-)
+from helpers.books import KINDS, block_values, build, write_book
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice, requires_torch
+from helpers.runs import once_per_run
+from helpers.sheets import chart_series, parse_ref
 
 from reference.scaling import scaling_ref
-from workbook_builder.book.files import write_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.sheet import Chart, Input, Series, section
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.layout import SheetWriter
+from workbook_builder.sheet.names import find_name
 
 KIND = KINDS["scaling"]
 DEFAULT_WIDTHS = [4, 16, 64, 256, 512]
@@ -75,7 +67,7 @@ def default_book(tmp_path_factory):
     built once per run; its cells hold the values the `formulas` engine computed when it
     was built, and `check.txt` the check of those values against the reference."""
     def make(folder):
-        built = write_workbook(KIND, make_params(KIND, {}), folder / "default.xlsx",
+        built = write_book(KIND, make_params(KIND, {}), folder / "default.xlsx",
                                layout="blocks")
         report = check_workbook(built.path, values=built.values, workbook=built.workbook)
         (folder / "check.txt").write_text(f"{report.passed}\n{format_report(report)}",

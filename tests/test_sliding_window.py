@@ -7,18 +7,9 @@ import json
 import numpy as np
 import openpyxl
 import pytest
-from conftest import (
-    BUILT,
-    KINDS,
-    block_values,
-    build,
-    cell_of,
-    cli,
-    evaluated_blocks,
-    one_line_error,
-    requires_libreoffice,
-    requires_torch,
-)
+from helpers.books import BUILT, KINDS, block_values, build, cell_of, evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice, requires_torch
 
 from reference.attention import attention_ref
 from reference.sliding_window import sliding_window_ref, window_allowed

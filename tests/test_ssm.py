@@ -6,12 +6,14 @@ import re
 import numpy as np
 import openpyxl
 import pytest
-from conftest import KINDS, build, cli, requires_torch
+from helpers.books import KINDS, build, write_book
+from helpers.cli import cli
+from helpers.requires import requires_torch
 from openpyxl.worksheet.formula import ArrayFormula
 
 from reference.ssm import selective_scan_ref, softplus, ssm_ref
 from sheets.ssm import formula_cell_growth
-from workbook_builder.book.files import resolve_params, write_workbook
+from workbook_builder.book.files import resolve_params
 from workbook_builder.checking.check import check_workbook, read_inputs
 from workbook_builder.cli.app import main
 from workbook_builder.cli.printing import format_report
@@ -274,7 +276,7 @@ def test_cli_bad_sizes_in_process(tmp_path, capsys, args):
 
 
 def test_cells_grow_linearly_while_attention_grows_quadratically():
-    table = formula_cell_growth([8, 16, 32])
+    table = formula_cell_growth(KINDS["attention"], [8, 16, 32])
     for row in table:
         print(row)
     ssm = np.array([r["ssm"] for r in table])
@@ -289,9 +291,9 @@ def test_cells_grow_linearly_while_attention_grows_quadratically():
 def test_growth_counts_equal_the_formula_cells_build_writes(tmp_path):
     """The table counts step-block cells on a bare sheet; `build` counts formula cells in the
     saved workbook. They agree."""
-    row = formula_cell_growth([8])[0]
+    row = formula_cell_growth(KINDS["attention"], [8])[0]
     for name, values in (("ssm", {"seq_len": 8, "d_model": 4, "d_state": 4}),
                          ("attention", {"seq_len": 8, "d_model": 4, "d_k": 4})):
         kind = KINDS[name]
-        written = write_workbook(kind, make_params(kind, values), tmp_path / f"{name}.xlsx")
+        written = write_book(kind, make_params(kind, values), tmp_path / f"{name}.xlsx")
         assert row[name] == written.formula_cells

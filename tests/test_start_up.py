@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import build
+from helpers.books import build
 
 from workbook_builder.cli.app import _parser, main
 
@@ -94,7 +94,7 @@ def test_help_list_and_version_import_nothing_heavy(argv):
 def test_the_kinds_listed_without_importing_them_are_the_kinds_with_their_summaries():
     from workbook_builder.checking.check import ENGINES
     from workbook_builder.cli import kind_table
-    from workbook_builder.sheet.registry import load_kinds
+    from workbook_builder.registry import load_kinds
 
     kinds = load_kinds()
     assert kind_table.KIND_SUMMARIES == {name: kind.summary for name, kind in kinds.items()}, \
@@ -106,7 +106,7 @@ def test_the_kinds_listed_without_importing_them_are_the_kinds_with_their_summar
 
 
 def test_list_prints_each_kind_with_the_summary_its_class_gives():
-    from workbook_builder.sheet.registry import load_kinds
+    from workbook_builder.registry import load_kinds
 
     kinds = load_kinds()
     width = max(map(len, kinds))
@@ -119,7 +119,7 @@ def test_list_prints_each_kind_with_the_summary_its_class_gives():
 
 def test_a_kind_module_the_table_does_not_name_is_listed_from_the_kinds(monkeypatch):
     from workbook_builder.cli import kind_table
-    from workbook_builder.sheet.registry import load_kinds
+    from workbook_builder.registry import load_kinds
 
     stale = {name: summary for name, summary in kind_table.KIND_SUMMARIES.items()
              if name != "ssm"}

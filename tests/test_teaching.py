@@ -2,57 +2,39 @@
 and grading. Right answers always come from the NumPy reference, never from the workbook."""
 
 import csv
-import re
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import openpyxl
 import pytest
-from conftest import (
+from helpers.books import (
     ATTENTION,
     KINDS,
-    cli,
+    book_in_memory,
     exercise_book,
     fill,
-    formulas_of,
-    one_line_error,
-    portability_problems,
-    requires_libreoffice,
     self_check,
     student_answers,
+    write_book,
 )
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_libreoffice
+from helpers.sheets import CJK, english_prose, formulas_of, portability_problems
 
-from workbook_builder.book.files import write_workbook
-from workbook_builder.book.workbook import build_workbook, read_spec
+from workbook_builder.book.workbook import read_spec
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.cli.printing import format_report
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.engines.libreoffice import convert, evaluate_with_libreoffice
+from workbook_builder.language.i18n import Catalog
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.teaching.i18n import Catalog
+from workbook_builder.sheet.names import find_name
 
 # -- Chinese sheets --------------------------------------------------------------------------
 
-CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
-# words allowed in a cell with no Chinese: function names and symbols of equations, labels
-MATH_WORDS = set("""exp max min sum sqrt tanh softmax rowmax rowsum softplus mask cos sin
-concat head act lse out silu sigmoid pos elu relu gelu erf eps std attnsheets""".split())
 
 
-def english_prose(text: str) -> str | None:
-    """The English left in a cell, or None. A cell with Chinese may name things (LayerNorm,
-    Step 2a, --causal) but holds no run of two lowercase English words; a cell without
-    Chinese holds only names, equations and math words."""
-    text = re.sub(r"[\w.]+=[^\s,;]*", " ", text)  # name=value pairs: parameter names
-    text = re.sub(r"--[\w-]+(?: [\w|]+)?", " ", text)  # command-line flags and values
-    if CJK.search(text):
-        match = re.search(r"\b[a-z]{2,} [a-z]{2,}\b", text)
-        return match.group(0) if match else None
-    words = [w for w in re.findall(r"[A-Za-z]{3,}", text)
-             if not w.isupper() and w.lower() not in MATH_WORDS]
-    return " ".join(words) or None
 
 
 DEMO_CASES = [(name, stem, values) for name, kind in sorted(KINDS.items())
@@ -66,8 +48,8 @@ def test_chinese_sheets_leave_no_english_prose(kind_name, stem, values):
     params = make_params(kind, values)
     inputs = complete_inputs(kind, params, {}, 0)
     tokens = kind.labels(params, None)
-    english = build_workbook(kind, params, inputs, tokens, "cells")
-    wb = build_workbook(kind, params, inputs, tokens, "cells", lang="zh")
+    english = book_in_memory(kind, params, inputs, tokens, "cells")
+    wb = book_in_memory(kind, params, inputs, tokens, "cells", lang="zh")
     ws = wb[kind.sheet_title]
     leftovers, notes = [], 0
     for row in ws.iter_rows():
@@ -89,7 +71,7 @@ def test_chinese_sheets_leave_no_english_prose(kind_name, stem, values):
 
 def test_chinese_attention_uses_the_tutorials_step_names(tmp_path):
     path = tmp_path / "zh.xlsx"
-    write_workbook(KINDS["attention"], make_params(KINDS["attention"], {"seq_len": 3,
+    write_book(KINDS["attention"], make_params(KINDS["attention"], {"seq_len": 3,
                    "d_model": 2, "d_k": 2}), path, tokens=["我", "爱", "AI"], lang="zh")
     ws = openpyxl.load_workbook(path)["Attention"]
     text = "\n".join(c.value for r in ws.iter_rows() for c in r if isinstance(c.value, str))

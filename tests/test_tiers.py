@@ -7,7 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from conftest import TIERS
+from helpers.requires import TIERS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,22 +8,19 @@ import math
 
 import numpy as np
 import pytest
-from conftest import (
+from helpers.books import (
     BUILT,
     KINDS,
     build,
-    chart_series,
     check_built,
-    cli,
     evaluated_blocks,
     exercise_book,
     fill,
-    one_line_error,
-    requires_gnumeric,
-    requires_libreoffice,
-    requires_torch,
     self_check,
 )
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
+from helpers.sheets import chart_series
 
 from reference.train import WEIGHTS, train_ref
 from workbook_builder.checking.check import check_workbook

@@ -5,7 +5,7 @@ import math
 import re
 
 import openpyxl
-from conftest import cli
+from helpers.cli import cli
 
 from workbook_builder.teaching.reproduce import TUTORIALS
 

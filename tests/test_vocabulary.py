@@ -9,11 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 import openpyxl
 import pytest
-from conftest import build
+from helpers.books import build
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.checking.check import check_workbook
 from workbook_builder.errors import UserError
+from workbook_builder.models.examples import make_example
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet import (
     BROADCAST,
     Map,
@@ -28,9 +30,9 @@ from workbook_builder.sheet import (
     section,
 )
 from workbook_builder.sheet.declare import Input, Scan, check_sections
-from workbook_builder.sheet.hand_layout import sheet_writer
 from workbook_builder.sheet.kind import KINDS, Kind, complete_inputs, make_params
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.kind_sheet import kind_writer, lay_out
+from workbook_builder.sheet.request import BuildRequest
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,8 @@ def test_a_mistake_is_refused_before_anything_of_the_sheet_is_written(toy_kind):
     params = ToyParams()
     inputs = {"X": np.ones((3, 2)), "B": np.ones((1, 2))}
     with pytest.raises(ValueError, match="kind toy, step RUNNING"):
-        toy_kind.lay_out(sheet_writer(ws, "cells"), params, inputs, ["a", "b", "c"])
+        lay_out(kind_writer(ws, BuildRequest(toy_kind, params, ["a", "b", "c"])), toy_kind,
+                inputs)
     assert [c for row in ws.iter_rows() for c in row if c.value is not None] == []
 
 
@@ -239,7 +242,7 @@ def test_every_kind_passes_its_own_check(kind_name, values):
     kind = load_kinds()[kind_name]
     if isinstance(values, str):
         try:
-            values = kind.example(values).params
+            values = make_example(kind, values).params
         except UserError as exc:  # an example reading a model that is not installed
             pytest.skip(f"example {values}: {exc}")
     params = make_params(kind, values)

@@ -11,7 +11,6 @@ Every error a user can cause raises `AttnsheetsError` with the one-line message 
 line prints.
 """
 
-import dataclasses
 import functools
 import html
 import importlib
@@ -36,7 +35,7 @@ from workbook_builder.book.files import (
 )
 from workbook_builder.book.inputs import load_inputs
 from workbook_builder.book.pdfs import Handout, export_pdfs, plan_handouts
-from workbook_builder.book.workbook import BookSpec, build_workbook, read_spec
+from workbook_builder.book.workbook import BookSpec, book_spec, build_workbook, read_spec
 from workbook_builder.checking.check import (
     ENGINES,
     CheckReport,
@@ -44,10 +43,12 @@ from workbook_builder.checking.check import (
     expected_steps,
     installed_engines,
 )
-from workbook_builder.checking.names import NamedRange, find_name
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
+from workbook_builder.language.i18n import LANGS
+from workbook_builder.models.examples import MINILM_PIP, make_example
 from workbook_builder.models.families import KIND_FAMILIES
+from workbook_builder.registry import get_kind, load_kinds
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
     constant_block_at,
@@ -57,13 +58,12 @@ from workbook_builder.sheet.kind import Kind, complete_inputs
 from workbook_builder.sheet.layout import LAYOUTS
 from workbook_builder.sheet.limits import (
     DEFAULT_MAX_CELLS,
-    check_fits,
     check_results_finite,
     check_sizes,
+    plan_build,
 )
-from workbook_builder.sheet.registry import get_kind, load_kinds
-from workbook_builder.teaching.exercise import ExerciseSpec, make_spec
-from workbook_builder.teaching.i18n import LANGS
+from workbook_builder.sheet.names import NamedRange, find_name
+from workbook_builder.sheet.request import ExerciseSpec, make_spec
 
 AttnsheetsError = UserError
 Report = CheckReport
@@ -87,7 +87,7 @@ __all__ = [
 # what only some commands use (a demo, a class, grading, a checkpoint, a tutorial) is
 # imported on first use, so that every command starts fast: name -> its module
 _ON_FIRST_USE = {
-    **dict.fromkeys(("MINILM_PIP", "DemoResult", "demo_plan", "demo_workers",
+    **dict.fromkeys(("DemoResult", "demo_plan", "demo_workers",
                      "real_model_demo", "run_demo"), "workbook_builder.demo"),
     **dict.fromkeys(("MANIFEST", "ClassResult", "run_class"),
                     "workbook_builder.teaching.classroom"),
@@ -157,7 +157,6 @@ if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-u
 
     # the names `__getattr__` imports on first use, for readers of the code and checkers
     from workbook_builder.demo import (
-        MINILM_PIP,
         DemoResult,
         demo_plan,
         demo_workers,
@@ -273,7 +272,7 @@ def build(kind: str, path: str | Path | None = None, *,
         if model is not None:
             raise UserError("--example and --checkpoint cannot be combined: each gives the "
                             "inputs")
-        preset = kind_class.example(example)
+        preset = make_example(kind_class, example)
     note = None
     if model is not None:
         given, sizes, note = {**model.inputs, **given}, {**model.params, **sizes}, model.note
@@ -291,16 +290,14 @@ def build(kind: str, path: str | Path | None = None, *,
         if cells > CELLS_LAYOUT_LIMIT:
             raise UserError(f"this layer has {cells:,} input cells, too many for the cells "
                             f"layout (one formula per cell); build it with --layout blocks")
-    labels = kind_class.labels(params, labels_given)
-    check_fits(kind_class, params, labels, exercise, max_cells, layout)
-    complete = complete_inputs(kind_class, params, given, seed)
-    check_results_finite(kind_class, params, complete)
     # saved at once: large input blocks go to the file without a cell object each
-    workbook = build_workbook(kind_class, params, complete, labels, layout, lang=lang,
-                              exercise=exercise, note=note,
-                              array_block_cells=None if path is None else CONSTANT_BLOCK_CELLS)
-    spec = BookSpec(kind_class.name, dataclasses.asdict(params), layout, labels, lang, exercise)
-    book = Book(kind_class, params, workbook, spec, note=note)
+    request = plan_build(kind_class, params, labels_given, max_cells=max_cells, layout=layout,
+                         lang=lang, exercise=exercise, note=note,
+                         array_block_cells=None if path is None else CONSTANT_BLOCK_CELLS)
+    complete = complete_inputs(kind_class, params, given, seed)
+    check_results_finite(request, complete)
+    workbook = build_workbook(request, complete)
+    book = Book(kind_class, params, workbook, book_spec(request), note=note)
     if path is not None:
         book.save(path, force=force)
     return book

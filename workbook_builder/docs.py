@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from workbook_builder import api
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.declare import text_of
 from workbook_builder.sheet.kind import Kind, make_params
-from workbook_builder.sheet.registry import load_kinds
 
 DEFAULT_FOLDER = Path(__file__).resolve().parent.parent / "docs" / "kinds"
 GENERATED = ("<!-- Written by `python -m workbook_builder.docs` from {sources}: edit those, "

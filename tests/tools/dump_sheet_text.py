@@ -18,14 +18,22 @@ LAYOUTS = ("cells", "blocks", "hand")
 
 def cases():
     """(name, kind, params, inputs, tokens, layout, exercise, student, note)."""
+    try:  # the house since the build request; before it, the older paths
+        from workbook_builder.models.examples import make_example
+        from workbook_builder.registry import load_kinds
+        from workbook_builder.sheet.request import ExerciseSpec
+    except ImportError:
+        from workbook_builder.sheet.registry import load_kinds
+        from workbook_builder.teaching.exercise import ExerciseSpec
+
+        def make_example(kind, name):
+            return kind.example(name)
     from workbook_builder.sheet.kind import complete_inputs, make_params
-    from workbook_builder.sheet.registry import load_kinds
-    from workbook_builder.teaching.exercise import ExerciseSpec
 
     for kind_name, kind in sorted(load_kinds().items()):
         setups = []
         for example in kind.examples:
-            preset = kind.example(example)
+            preset = make_example(kind, example)
             given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
             setups.append((f"example-{example}", preset.params, given, preset.tokens,
                            preset.note))
@@ -64,15 +72,24 @@ def texts(wb) -> dict[str, str]:
     return out
 
 
-def dump(path: str, lang: str) -> None:
+def build(kind, params, inputs, labels, layout, **request):
+    """The workbook in memory, through the build request or, in an older checkout, the
+    arguments build_workbook took before it."""
     from workbook_builder.book.workbook import build_workbook
+    try:
+        from workbook_builder.sheet.request import BuildRequest
+    except ImportError:
+        return build_workbook(kind, params, inputs, labels, layout, **request)
+    return build_workbook(BuildRequest(kind, params, labels, layout, **request), inputs)
+
+
+def dump(path: str, lang: str) -> None:
 
     result = {}
     for name, kind, params, inputs, labels, layout, exercise, student, note in cases():
         try:
-            wb = build_workbook(kind, params, inputs, labels, layout, lang=lang,
-                                exercise=exercise, student=student, note=note,
-                                student_name="Ann" if student else "")
+            wb = build(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
+                       student=student, note=note, student_name="Ann" if student else "")
             result[name] = texts(wb)
         except Exception as e:  # noqa: BLE001 - a case this layout refuses is recorded
             result[name] = {"error": f"{type(e).__name__}: {e}"}

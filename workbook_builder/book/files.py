@@ -3,7 +3,6 @@ formula's value stored beside it, and build-and-save in one call."""
 
 import contextlib
 import csv
-import dataclasses
 import os
 import re
 import secrets
@@ -24,14 +23,9 @@ from workbook_builder.book.sheet_xml import (
     place_constant_blocks,
     splice_constant_blocks,
 )
-from workbook_builder.book.workbook import ABOUT, BookSpec, build_workbook
+from workbook_builder.book.workbook import ABOUT, BookSpec, book_spec, build_workbook
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
-from workbook_builder.engines.internals.of_openpyxl import (
-    load_workbook,
-    save_workbook,
-    stored_cells,
-)
 from workbook_builder.engines.libreoffice import (
     CJK_FONT_HINT,
     INSTALL_HINT,
@@ -42,18 +36,20 @@ from workbook_builder.engines.libreoffice import (
 )
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
-from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.limits import (
-    DEFAULT_MAX_CELLS,
     MAX_WORKBOOK_BYTES,
-    check_fits,
     check_grid,
     check_names,
     check_results_finite,
-    check_sizes,
 )
 from workbook_builder.sheet.refs import parse_range
+from workbook_builder.sheet.request import BuildRequest
+from workbook_builder.xlsx.of_openpyxl import (
+    load_workbook,
+    save_workbook,
+    stored_cells,
+)
 
 
 @dataclass
@@ -89,28 +85,20 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
     return make_params(kind, values)
 
 
-def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
-                   given: dict[str, np.ndarray] | None = None, tokens: list[str] | None = None,
-                   layout: str = "cells", force: bool = False, lang: str = "en",
-                   exercise=None, max_cells: int = DEFAULT_MAX_CELLS,
-                   note: str | None = None,
-                   array_block_cells: int | None = CONSTANT_BLOCK_CELLS) -> BuiltBook:
-    """Build and save atomically; the evaluation that stores the cached values is the only
-    one, and its values come back for whoever checks the file next. Limits are checked
-    before any work (`check_fits`, `check_results_finite`); `note` says on the sheet where
-    the inputs came from. Input blocks of `array_block_cells` cells or more are written
-    without a cell object each (`sheet/constants.py`)."""
+def write_workbook(request: BuildRequest, path: Path, *,
+                   given: dict[str, np.ndarray] | None = None, seed: int = 0,
+                   force: bool = False) -> BuiltBook:
+    """Build the request's workbook and save it atomically; the evaluation that stores the
+    cached values is the only one, and its values come back for whoever checks the file
+    next. Inputs not `given` are drawn from `seed`; inputs whose results overflow are
+    refused before any work (`check_results_finite`; the request's limits were checked
+    when it was made, `plan_build`)."""
     check_writable(path, force)
-    check_sizes(kind, params, max_cells)  # before anything is allocated
-    labels = kind.labels(params, tokens)
-    check_fits(kind, params, labels, exercise, max_cells, layout)
-    inputs = complete_inputs(kind, params, given or {}, seed)
-    check_results_finite(kind, params, inputs)
-    wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
-                        note=note, array_block_cells=array_block_cells)
+    inputs = complete_inputs(request.kind, request.params, given or {}, seed)
+    check_results_finite(request, inputs)
+    wb = build_workbook(request, inputs)
     values = save_atomic(wb, path, force=force)
-    spec = BookSpec(kind.name, dataclasses.asdict(params), layout, labels, lang, exercise)
-    return BuiltBook(path, wb, spec, values, count_formula_cells(wb))
+    return BuiltBook(path, wb, book_spec(request), values, count_formula_cells(wb))
 
 
 def count_formula_cells(wb: Workbook) -> int:

@@ -24,11 +24,6 @@ from openpyxl.utils import get_column_letter
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.engines.cached_values import sheet_parts, unescape_xml
-from workbook_builder.engines.internals.of_openpyxl import (
-    cell_with_style_id,
-    load_workbook,
-    openpyxl_shortcuts,
-)
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
     ConstantBlock,
@@ -39,6 +34,11 @@ from workbook_builder.sheet.constants import (
     whole_numbers,
 )
 from workbook_builder.sheet.refs import parse_range, range_ref
+from workbook_builder.xlsx.of_openpyxl import (
+    cell_with_style_id,
+    load_workbook,
+    openpyxl_shortcuts,
+)
 
 # -- writing ------------------------------------------------------------------------------
 

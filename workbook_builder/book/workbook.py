@@ -12,22 +12,22 @@ import openpyxl
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder import __version__
-from workbook_builder.engines.internals.of_openpyxl import set_default_font, stored_cells
 from workbook_builder.errors import UserError
+from workbook_builder.language.i18n import catalog_for, translate_sheets
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.cells import set_text, write_text
-from workbook_builder.sheet.hand_layout import sheet_writer
-from workbook_builder.sheet.kind import Kind, make_params
-from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT, TITLE_FONT
-from workbook_builder.sheet.limits import EXERCISE_TOP, exercise_rows
+from workbook_builder.sheet.exercise import KEY_SHEET, apply_exercise
+from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.kind_sheet import kind_writer, lay_out
 from workbook_builder.sheet.printing import (
     COMPACT_MIN_SCALE,
     MIN_SCALE,
     base_setup,
     set_print_layout,
 )
-from workbook_builder.sheet.registry import get_kind
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, apply_exercise
-from workbook_builder.teaching.i18n import catalog_for, translate_sheets
+from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
+from workbook_builder.sheet.styles import BOLD_FONT, TEXT_FONT, TITLE_FONT
+from workbook_builder.xlsx.of_openpyxl import set_default_font, stored_cells
 
 ABOUT = "About"
 ABOUT_ROWS = 50  # the About table is read from these rows only (it fills about a dozen)
@@ -46,39 +46,35 @@ class BookSpec:
     student: str | None = None       # set by `attnsheets class`
 
 
-def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], tokens: list[str],
-                   layout: str, lang: str = "en", exercise=None,
-                   student: str | None = None, note: str | None = None,
-                   array_block_cells: int | None = None,
-                   student_name: str = "") -> Workbook:
-    """The workbook of a kind; `note` (where the inputs came from, e.g. a checkpoint's
-    layer) is written under the title and on the About sheet. Input blocks of at least
-    `array_block_cells` cells are kept as arrays (`sheet/constants.py`; written by
-    `save_atomic`), not in an exercise (it edits input cells). A `student`'s name and id
-    open the title and head every printed page, so each printout says whose it is."""
-    tr = catalog_for(kind, lang, tokens)
+def build_workbook(request: BuildRequest, inputs: dict[str, np.ndarray]) -> Workbook:
+    """The workbook of a build request; its `note` (where the inputs came from, e.g. a
+    checkpoint's layer) is written under the title and on the About sheet. Input blocks of
+    at least `array_block_cells` cells are kept as arrays (`sheet/constants.py`; written by
+    `save_atomic`), not in an exercise (it edits input cells). A student's name and id open
+    the title and head every printed page, so each printout says whose it is."""
+    kind, params, layout, exercise = (request.kind, request.params, request.layout,
+                                      request.exercise)
+    tr = catalog_for(kind, request.lang, request.labels)
     wb = new_workbook()
     ws = wb.active
     ws.title = kind.sheet_title
-    sheet = sheet_writer(ws, layout)
-    sheet.tr = tr  # charts' axis and legend titles are in the sheet's language
-    sheet.array_block_cells = array_block_cells if exercise is None else None
+    # charts' axis and legend titles are in the sheet's language
+    sheet = kind_writer(ws, request, tr=tr)
     sheet.title(f"{kind.sheet_title}: {tr(kind.summary)}",
-                f"{kind.describe(params)}; layout={layout}" + (f"; {note}" if note else ""))
+                f"{kind.describe(params)}; layout={layout}" +
+                (f"; {request.note}" if request.note else ""))
+    lay_out(sheet, kind, inputs)
     if exercise is not None:  # its instructions and self-check open the sheet
-        sheet.row = EXERCISE_TOP + exercise_rows(exercise)
-    kind.lay_out(sheet, params, inputs, tokens)
-    if exercise is not None:
-        apply_exercise(sheet, kind, params, inputs, tokens, layout, exercise)
+        apply_exercise(sheet, request, inputs)
     with np.errstate(all="ignore"):  # finite: the build checked (check_results_finite)
         shown = {**inputs, **kind.reference(inputs, params)}
     sheet.finish(shown)
     translate_sheets(wb, tr, skip=[KEY_SHEET])
-    spec = BookSpec(kind.name, dataclasses.asdict(params), layout, tokens, lang, exercise,
-                    student)
-    _write_about(wb, spec, sorted(n for n in wb.defined_names), tr, note)
+    _write_about(wb, book_spec(request), sorted(n for n in wb.defined_names), tr,
+                 request.note)
+    student = request.student
     if student is not None:
-        whose = student_line(student, student_name, tr)
+        whose = student_line(student, request.student_name, tr)
         set_text(ws.cell(1, 1), f"{whose}    {ws.cell(1, 1).value}")
     sheet.fit_text_rows()  # the heights the translated text and the student line take
     footer = tr("page &P of &N")
@@ -93,6 +89,12 @@ def build_workbook(kind: type[Kind], params, inputs: dict[str, np.ndarray], toke
         for other in wb.worksheets:
             other.oddHeader.left.text = header_text(whose)
     return wb
+
+
+def book_spec(request: BuildRequest) -> BookSpec:
+    """What the request's workbook records about itself."""
+    return BookSpec(request.kind.name, dataclasses.asdict(request.params), request.layout,
+                    request.labels, request.lang, request.exercise, request.student)
 
 
 def student_line(student: str, name: str, tr=str) -> str:
@@ -161,6 +163,9 @@ def read_spec(wb: Workbook, path: Path) -> BookSpec:
                         f"tokens table") from None
 
 
-def spec_kind_params(spec: BookSpec):
+def spec_request(spec: BookSpec) -> BuildRequest:
+    """The request a workbook's record makes: its kind and parameters as the kind reads
+    them now (an error for a kind or parameters it does not know)."""
     kind = get_kind(spec.kind)
-    return kind, make_params(kind, spec.params)
+    return BuildRequest(kind, make_params(kind, spec.params), spec.tokens, spec.layout,
+                        spec.lang, spec.exercise, spec.student)

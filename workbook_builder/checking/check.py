@@ -19,8 +19,7 @@ from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.files import open_workbook
-from workbook_builder.book.workbook import BookSpec, read_spec, spec_kind_params
-from workbook_builder.checking.names import NamedRange, find_block, find_name
+from workbook_builder.book.workbook import BookSpec, read_spec, spec_request
 from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.engines.formulas_engine import (
     CellValues,
@@ -29,7 +28,6 @@ from workbook_builder.engines.formulas_engine import (
 )
 from workbook_builder.engines.gnumeric import INSTALL_HINT as GNUMERIC_HINT
 from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_path
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.engines.libreoffice import INSTALL_HINT as LIBREOFFICE_HINT
 from workbook_builder.engines.libreoffice import (
     evaluate_with_libreoffice,
@@ -43,9 +41,12 @@ from workbook_builder.sheet.constants import (
     constant_blocks,
     constant_value,
 )
+from workbook_builder.sheet.exercise import KEY_SHEET, filled_copy, key_range
 from workbook_builder.sheet.kind import check_input_rules
+from workbook_builder.sheet.names import NamedRange, find_block, find_name
 from workbook_builder.sheet.refs import parse_range
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, filled_copy, key_range
+from workbook_builder.sheet.request import BuildRequest
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 # Excel sums left to right, NumPy pairwise; float64 results agree to ~1e-15 relative. A
 # wrong formula is off by far more than this bound.
@@ -315,10 +316,11 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
     progress(f"reading {path.name}")
     wb = open_workbook(path, array_blocks=True) if workbook is None else workbook
     spec = read_spec(wb, path)
-    kind, params = spec_kind_params(spec)
+    request = spec_request(spec)
+    kind, params = request.kind, request.params
     evaluate = ENGINES[engine]
     if spec.exercise is not None:  # blank steps: checked with the right answers typed in
-        return _check_exercise(path, wb, spec, kind, params, evaluate, engine, started)
+        return _check_exercise(path, wb, spec, request, evaluate, engine, started)
     cache: list[CellValues] = [] if values is None else [values]
 
     def evaluated() -> CellValues:
@@ -327,7 +329,7 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
             cache.append(evaluate(path, wb))
         return cache[0]
 
-    placement = hold_to_layout(wb, kind, params, spec.layout, None, path)
+    placement = hold_to_layout(wb, request, path)
     _refuse_unreadable_names(wb, placement, path)
     places = placement.places
     inputs = read_inputs(wb, kind, params, path, evaluated, places)
@@ -367,15 +369,15 @@ def placement_results(placement: Placement, steps: list[StepResult]) -> list[Ste
     return sheets + others + steps
 
 
-def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, kind, params, evaluate: Engine,
-                    engine: str, started: float) -> CheckReport:
+def _check_exercise(path: Path, wb: Workbook, spec: BookSpec, request: BuildRequest,
+                    evaluate: Engine, engine: str, started: float) -> CheckReport:
     """`check` for an exercise workbook: is it a correct exercise? In a copy with the right
     answers typed into the exercise cells, every other visible step must equal the
     reference (so later steps really work from the student's entries), every block of the
     hidden key must equal it (so the self-check compares with right answers), and every
     CHECK_<STEP> must count all its cells. The student's own entries are `grade`'s job."""
-    exercise: ExerciseSpec = spec.exercise
-    placement = hold_to_layout(wb, kind, params, spec.layout, exercise, path)
+    kind, params, exercise = request.kind, request.params, request.exercise
+    placement = hold_to_layout(wb, request, path)
     _refuse_unreadable_names(wb, placement, path)
     places = placement.places
     if engine != "formulas":  # the filled copy goes to the application without `wb`

@@ -15,10 +15,11 @@ from pathlib import Path
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.book.workbook import ABOUT
-from workbook_builder.checking.names import NamedRange
+from workbook_builder.sheet.exercise import KEY_SHEET
 from workbook_builder.sheet.limits import planned_places
+from workbook_builder.sheet.names import NamedRange
 from workbook_builder.sheet.refs import name_destinations, parse_range, quote_sheet, range_ref
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec
+from workbook_builder.sheet.request import BuildRequest
 
 TUTORIAL_SHEET = "Tutorial"  # `reproduce` puts the tutorial's numbers beside the sheet
 
@@ -36,13 +37,14 @@ class Placement:
         return self.sheets + list(self.misplaced.values())
 
 
-def hold_to_layout(wb: Workbook, kind, params, layout: str, exercise: ExerciseSpec | None,
-                   path: Path | None = None, key_any_state: bool = False) -> Placement:
-    """The workbook's names and sheets compared with what the writer makes for `kind`,
-    `params`, `layout` and `exercise`. `key_any_state`: an exercise's Key sheet may be
-    there or not, in any state (grading: Gnumeric saves it visible; the record does not
-    say whether it had one)."""
-    blocks = planned_places(kind, params, layout, exercise)
+def hold_to_layout(wb: Workbook, request: BuildRequest, path: Path | None = None,
+                   key_any_state: bool = False) -> Placement:
+    """The workbook's names and sheets compared with what the writer makes for the
+    request (its kind, parameters, layout and exercise). `key_any_state`: an exercise's
+    Key sheet may be there or not, in any state (grading: Gnumeric saves it visible; the
+    record does not say whether it had one)."""
+    kind, exercise = request.kind, request.exercise
+    blocks = planned_places(request)
     states = {ws.title: ws.sheet_state for ws in [*wb.worksheets, *wb.chartsheets]}
     key = exercise is not None and (exercise.self_check or key_any_state)
     main = _kind_sheet(kind.sheet_title, states, key)

@@ -355,8 +355,9 @@ def _cmd_demo(args) -> int:
                                                       else "some checks FAILED"))
     if args.model:
         all_passed &= _real_model_demo(args, progress)
-    for name in api.kinds():
-        note = api.get_kind(name).demo_note()
+    registered = {name: api.get_kind(name) for name in api.kinds()}
+    for name, kind in registered.items():
+        note = kind.demo_note(registered)
         if note:
             print(f"\n{name}: {note}")
     return EXIT_OK if all_passed else EXIT_MISMATCH

@@ -33,7 +33,6 @@ from workbook_builder.engines.internals.of_formulas import (
     model_from_dict,
     readable_formula,
 )
-from workbook_builder.engines.internals.of_openpyxl import load_workbook, stored_cells
 from workbook_builder.engines.internals.of_schedula import OrderedCalculation
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
@@ -51,6 +50,7 @@ from workbook_builder.sheet.limits import (
     named_extent,
 )
 from workbook_builder.sheet.refs import cell_ref, name_destinations, parse_range, range_ref
+from workbook_builder.xlsx.of_openpyxl import load_workbook, stored_cells
 
 # "'[book.xlsx]SHEET'!C5:F9" -> sheet, range
 # (defined names appear as "'[book.xlsx]'!NAME": no sheet, and skipped)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from workbook_builder.engines.cached_values import trimmed_copy
 from workbook_builder.engines.formulas_engine import CellValues, check_application_input
-from workbook_builder.engines.internals.of_openpyxl import load_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.limits import named_extent
+from workbook_builder.xlsx.of_openpyxl import load_workbook
 
 INSTALL_HINT = "apt-get install libreoffice-calc-nogui"
 TIMEOUT_S = 600

@@ -13,8 +13,8 @@ import numpy as np
 from workbook_builder.errors import UserError
 from workbook_builder.models.families import CONV1D, GPT2
 from workbook_builder.models.files import Checkpoint
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import get_kind
 
 # config.json activation_function -> our GELU form (GPT-2's gelu_new is the tanh form)
 GELU_OF = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}

@@ -23,8 +23,8 @@ from workbook_builder.models.loader import (
     check_request,
     refuse_unused_tensors,
 )
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import get_kind
 
 ATTENTION_INPUTS = ("W_Q", "W_K", "W_V", "B_Q", "B_K", "B_V")
 

@@ -31,8 +31,8 @@ from workbook_builder.models.families import (
 )
 from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.gpt2 import gpt2_inputs
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.registry import get_kind
 
 MODELS_EXTRA = "pip install 'attnsheets[models]'"
 # flags that shape every layer, so also the layers computed before the one on the sheet

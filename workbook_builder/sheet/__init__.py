@@ -1,4 +1,5 @@
-"""Writing sheets: the vocabulary kinds are declared in, and the writer that lays them out."""
+"""One sheet, from its declaration to its cells. This package's names are the vocabulary kinds are
+declared in; importing it imports no writer (sheet/layout.py and the modules beside it)."""
 
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.declare import (

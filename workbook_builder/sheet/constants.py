@@ -15,7 +15,7 @@ import numpy as np
 from openpyxl.cell.cell import Cell
 from openpyxl.worksheet.worksheet import Worksheet
 
-from workbook_builder.engines.internals.of_openpyxl import copy_style, stored_cells
+from workbook_builder.xlsx.of_openpyxl import copy_style, stored_cells
 
 # a block this large (cells) and larger is kept as an array; teaching sizes stay cells
 CONSTANT_BLOCK_CELLS = 4096

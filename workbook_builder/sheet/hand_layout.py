@@ -26,13 +26,14 @@ from openpyxl.styles import Font, PatternFill
 
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.declare import Env, MatMul, text_of
-from workbook_builder.sheet.layout import NUMBER_FORMAT, SheetWriter, _paint
+from workbook_builder.sheet.layout import SheetWriter, paint
 from workbook_builder.sheet.places import (  # noqa: F401 (the hand layout's, read here)
     HAND_MAX_SIDE,
     HandTooLarge,
     Placed,
     Product,
 )
+from workbook_builder.sheet.styles import NUMBER_FORMAT
 from workbook_builder.sheet.widths import number_format_of
 
 COPY_FILL = PatternFill("solid", fgColor="E4DFEC")  # pale purple: a copy, not an input
@@ -124,11 +125,5 @@ class HandWriter(SheetWriter):
         for i in range(block.rows):
             for j in range(block.cols):
                 self.ws.cell(block.top + i, block.left + j, f"={copy.source(i, j)}")
-        _paint(self.ws, block, COPY_FILL, NUMBER_FORMAT)
+        paint(self.ws, block, COPY_FILL, NUMBER_FORMAT)
         self._frame(block, copy.caption, copy.row_labels, copy.col_labels, CAPTION_FONT)
-
-
-def sheet_writer(ws, layout: str) -> SheetWriter:
-    """The writer of a layout."""
-    return HandWriter(ws, layout) if layout == "hand" else SheetWriter(ws, layout)
-

@@ -27,7 +27,6 @@ from workbook_builder.sheet.declare import (
     size_name,
     size_of,
 )
-from workbook_builder.sheet.layout import SheetWriter
 
 KINDS: dict[str, type["Kind"]] = {}
 
@@ -41,6 +40,17 @@ class Example:
     inputs: dict[str, Any]
     tokens: list[str] | None = None
     note: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelExample:
+    """A preset whose numbers come from a real model when its package is installed:
+    declared by the kind, made where models are read (`make_example` in
+    workbook_builder/models/examples.py, which knows each `source` by name) from the kind's
+    `options`."""
+
+    source: str
+    options: dict[str, Any]
 
 
 class Kind:
@@ -58,8 +68,9 @@ class Kind:
     # (file stem, parameters) that `attnsheets demo` builds
     demo_cases: ClassVar[list[tuple[str, dict[str, Any]]]] = []
     tokens_help: ClassVar[str] = 'comma-separated row labels, e.g. "我,爱,AI"'
-    # `--example NAME` presets, each made when asked (a real model's is loaded then)
-    examples: ClassVar[dict[str, Callable[[], Example]]] = {}
+    # `--example NAME` presets, each made when asked (`make_example`): a function giving
+    # the Example, or a ModelExample, made where models are read
+    examples: ClassVar[dict[str, Callable[[], Example] | ModelExample]] = {}
     # the examples `attnsheets demo` builds besides demo_cases
     demo_examples: ClassVar[tuple[str, ...]] = ()
 
@@ -172,33 +183,10 @@ class Kind:
                          for f in dataclasses.fields(params) if getattr(params, f.name) is not None)
 
     @classmethod
-    def example(cls, name: str) -> Example:
-        """The preset `name`, or a one-line error listing the kind's presets."""
-        if name not in cls.examples:
-            known = ", ".join(cls.examples) or "none"
-            raise UserError(f"kind {cls.name} has no example {name!r}; its examples: {known}")
-        return cls.examples[name]()
-
-    @classmethod
-    def demo_note(cls) -> str | None:
-        """Text `attnsheets demo` prints after its table (e.g. a measured comparison)."""
+    def demo_note(cls, kinds: Mapping[str, type["Kind"]]) -> str | None:
+        """Text `attnsheets demo` prints after its table (e.g. a measured comparison with
+        another kind, found in `kinds`, the registered kinds by name)."""
         return None
-
-    # -- the sheet -------------------------------------------------------------------------
-    @classmethod
-    def lay_out(cls, sheet: SheetWriter, params, inputs: dict[str, np.ndarray],
-                labels: list[str]) -> None:
-        """Write every declared section."""
-        sheet.params = params
-        sheet.label_sets = cls.label_sets(params, labels)
-        sections = list(cls.sections(params))  # a kind may declare them lazily
-        declared = {i.name for i in cls.inputs if i.present(params)}
-        placed = {item.name for sec in sections for band in sec.bands for item in band
-                  if isinstance(item, Input)}
-        if placed != declared:  # a declaration error, caught by the tests of every kind
-            raise ValueError(f"kind {cls.name} places inputs {sorted(placed)} but declares "
-                             f"{sorted(declared)}")
-        sheet.write(sections, inputs)
 
 
 def _checked(declare: Callable) -> Callable:

@@ -15,130 +15,112 @@ compact sheet has headers of three lines (the explanation stays the hover note o
 name) and lower rows. Each band line, with the section title above it, is a print unit: a
 page break falls only between units (sheet/printing.py).
 
+The writer renders the blocks, their headers and names; the separate jobs are modules of
+their own: charts (sheet/charts.py), live shading (sheet/shading.py), prose rows and their
+heights (sheet/text_rows.py), the look (sheet/styles.py), column widths (sheet/widths.py).
 The `hand` layout (sheet/hand_layout.py) writes like `cells` but sets every matrix product
-between live copies of its operands.
+between live copies of its operands. A kind's whole sheet is written from a build request
+by sheet/kind_sheet.py.
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from openpyxl.cell.cell import Cell
-from openpyxl.chart import BarChart, LineChart, ScatterChart
-from openpyxl.chart import Series as ChartData
-from openpyxl.chart.data_source import AxDataSource
-from openpyxl.chart.layout import Layout, ManualLayout
-from openpyxl.chart.series import SeriesLabel, StrRef
 from openpyxl.comments import Comment
-from openpyxl.drawing.spreadsheet_drawing import AnchorMarker, TwoCellAnchor
-from openpyxl.drawing.text import CharacterProperties, ParagraphProperties
-from openpyxl.formatting.rule import ColorScaleRule, Rule
-from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
-from openpyxl.styles.differential import DifferentialStyle
-from openpyxl.styles.numbers import NumberFormat
-from openpyxl.workbook.defined_name import DefinedName
+from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.worksheet.formula import ArrayFormula
 from openpyxl.worksheet.worksheet import Worksheet
 
-from workbook_builder.engines.internals.of_openpyxl import copy_style
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
+from workbook_builder.sheet.charts import add_chart
 from workbook_builder.sheet.constants import add_constant_block, constant_block_at
 from workbook_builder.sheet.declare import (
     Env,
     Labels,
     Section,
-    Series,
     Step,
     declared_vector,
     dims,
     text_of,
 )
-from workbook_builder.sheet.places import (  # noqa: F401 (CHART_MAX_*: kinds read them here)
-    CHART_MAX_POINTS,
-    CHART_MAX_SERIES,
+from workbook_builder.sheet.names import define_name
+from workbook_builder.sheet.places import (
     COMPACT_HEADER_ROWS,
+    FIRST_ROW,
     HEADER_ROWS,
     LAYOUTS,
     MAX_WIDTH,
     Placed,
     SheetPlacement,
-    drawn_series,
     place_sheet,
 )
-from workbook_builder.sheet.printing import (
-    EXPLANATION_PT,
-    FONT_NAME,
-    FONT_PT,
-    MIN_SCALE,
-    PrintUnit,
-    printable,
+from workbook_builder.sheet.printing import FONT_PT, PrintUnit
+from workbook_builder.sheet.refs import quote_sheet, range_ref
+from workbook_builder.sheet.shading import heat_map, shade_masked
+from workbook_builder.sheet.styles import (
+    BOLD_FONT,
+    CELL_BORDER,
+    COMPACT_ROW_PT,
+    EQUATION_FONT,
+    EXPLANATION_FONT,
+    FORMULA_FILL,
+    INPUT_FILL,
+    LABEL_FONT,
+    NAME_FONT,
+    NUMBER_FORMAT,
+    SKIP_FILL,
+    SKIP_FORMAT,
+    TEXT_FONT,
+    TITLE_FONT,
 )
-from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
+from workbook_builder.sheet.text_rows import TextRows, wrapped_lines
 from workbook_builder.sheet.widths import fit_columns
-
-INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")    # pale yellow: a value you may edit
-FORMULA_FILL = PatternFill("solid", fgColor="DDEBF7")  # pale blue: a live formula
-SKIP_FILL = PatternFill("solid", fgColor="D9D9D9")     # grey: a tile the algorithm skips
-SKIP_FORMAT = '"skip";"skip";"skip"'                   # the cell still holds a number (0)
-MASKED_FILL = PatternFill("solid", fgColor="D9D9D9", bgColor="D9D9D9")  # grey: masked out
-MASKED_FORMAT = '"–";"–";"–"'                          # the cell still holds its 0
-MASKED_FORMAT_ID = 300  # a custom format's id in the rule's style, apart from the cells'
-# one sans-serif family on every cell (sheet/printing.py says why this one)
-NAME_FONT = Font(name=FONT_NAME, size=FONT_PT, bold=True, color="1F4E79")
-EQUATION_FONT = Font(name=FONT_NAME, size=FONT_PT, italic=True, color="404040")
-EXPLANATION_FONT = Font(name=FONT_NAME, size=EXPLANATION_PT, italic=True, color="595959")
-LABEL_FONT = Font(name=FONT_NAME, size=FONT_PT, color="7F7F7F")
-TEXT_FONT = Font(name=FONT_NAME, size=FONT_PT)
-BOLD_FONT = Font(name=FONT_NAME, size=FONT_PT, bold=True)
-TITLE_FONT = Font(name=FONT_NAME, size=14, bold=True)
-THIN = Side(style="thin", color="BFBFBF")
-CELL_BORDER = Border(left=THIN, right=THIN, top=THIN, bottom=THIN)  # printed in place of
-NUMBER_FORMAT = "0.0000"                                             # gridlines
-# a compact sheet's rows: as high as the 10 pt font needs
-COMPACT_ROW_PT = 12.75
-TITLE_ROWS = 3  # the sheet's title, subtitle and legend, 15 pt each
-WRAP_ROWS = 3  # room for section titles and equations that wrap onto a second line
-# the last row of a compact sheet that fits one landscape page at MIN_SCALE
-COMPACT_ROWS = TITLE_ROWS - WRAP_ROWS + int(
-    (printable("landscape")[1] * 100 / MIN_SCALE * 0.95 - TITLE_ROWS * 15.0) / COMPACT_ROW_PT)
+from workbook_builder.xlsx.of_openpyxl import copy_style
 
 
 class SheetWriter:
-    """Writes blocks onto one worksheet and names them in the workbook."""
+    """Writes blocks onto one worksheet and names them in the workbook. Configured once, by
+    its constructor: the layout, the parameters and the named label lists the declaration
+    refers to (read only; a kind may make its lists when asked), the first row under the
+    title, the sheet's language for chart titles (`tr`), the size from which an input block
+    is kept as an array instead of cells (`array_block_cells`, sheet/constants.py; None:
+    every input is cells) and, for an exercise's hidden answer key (`answer_key_of`: the
+    visible sheet's blocks), the same blocks laid out again unnamed, its inputs linked to
+    the visible inputs."""
 
     legend = "yellow = input you may edit    blue = live formula    grey – = masked (holds 0)"
 
     def __init__(self, ws: Worksheet, layout: str, params=None,
-                 label_sets: Mapping[str, Sequence] | None = None, first_row: int = 4):
+                 label_sets: Mapping[str, Sequence] | None = None,
+                 first_row: int = FIRST_ROW, *, tr: Callable[[str], str] = str,
+                 array_block_cells: int | None = None,
+                 answer_key_of: Mapping[str, Block] | None = None):
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}")
         self.ws = ws
         self.layout = layout
         self.params = params
-        # read only; kept as given (a kind may make its label lists when asked)
         self.label_sets = label_sets if label_sets is not None else {}
+        self.tr = tr
+        self.array_block_cells = array_block_cells
+        self.name_blocks = answer_key_of is None  # the names stay on the visible sheet
+        self.linked_inputs = None if answer_key_of is None else dict(answer_key_of)
         self.row = first_row
         self.margin = 1
         self.max_width = MAX_WIDTH
         self.units: list[PrintUnit] = []  # what a page break must not cut, top to bottom
         self._glued: int | None = None  # first row of text lines kept with the next unit
-        self._text_rows: list[int] = []  # wrapped across their unit's width by `finish`
+        self.text_rows = TextRows(self.margin)  # wrapped across their unit by `finish`
         self.blocks: dict[str, Block] = {}
         self.labels: dict[str, tuple[list, list]] = {}
         self.name_cells: dict[str, tuple[int, int]] = {}  # block -> its name cell (row, col)
         self.vectors: dict[str, str] = {}
-        # an exercise's hidden answer key lays the same blocks out again: unnamed (the
-        # names stay on the visible sheet), its inputs linked to the visible inputs
-        self.name_blocks = True
-        self.linked_inputs: dict[str, Block] | None = None
-        # an input block this large (cells) and larger is kept as an array, not as cells
-        # (`sheet/constants.py`); None: every input is cells
-        self.array_block_cells: int | None = None
         # None: decided by `write` (place_sheet: compact when it fits a page's width)
         self.compact: bool | None = None
         self.placement: SheetPlacement | None = None  # what `write` rendered
         self._shaded_masks: set[str] = set()
-        self.tr: Callable[[str], str] = str  # the sheet's language, for chart titles
 
     @property
     def header_rows(self) -> int:
@@ -151,11 +133,11 @@ class SheetWriter:
             write_text(self.ws, 2, 1, subtitle).font = EQUATION_FONT
         write_text(self.ws, 3, 1, self.legend).font = LABEL_FONT
         self._glued = 1
-        self._text_rows += [1, 2, 3]
+        self.text_rows.add(1, 2, 3)
 
     def wrap_text_row(self, row: int) -> None:
         """Wrap the prose in column A of `row` across its unit's width at `finish`."""
-        self._text_rows.append(row)
+        self.text_rows.add(row)
 
     # -- declared sections -----------------------------------------------------------------
     def write(self, sections: Iterable[Section], inputs: Mapping[str, np.ndarray]) -> None:
@@ -175,7 +157,7 @@ class SheetWriter:
         if placed.role == "text":  # a section's title line
             cell = write_text(self.ws, placed.top, placed.left, self._section_title(placed.item))
             cell.font = BOLD_FONT if placed.item.bold else TEXT_FONT
-            self._text_rows.append(placed.top)
+            self.text_rows.add(placed.top)
         elif placed.role == "title":  # a section's title in a compact line's title row
             self._section_cell(placed.top, placed.left, placed.left + placed.cols - 1,
                                self._section_title(placed.item), placed.item.bold)
@@ -185,8 +167,10 @@ class SheetWriter:
             self._step(placed)
         elif placed.role == "table":
             self._table(placed)
-        elif placed.role == "chart":
-            self._chart(placed)
+        elif placed.role == "chart" and self.name_blocks:
+            # an exercise's hidden key keeps the slot empty (nobody sees it; its blocks
+            # stay where the visible sheet has them)
+            add_chart(self.ws, placed, self.blocks, self.name_cells, self.params, self.tr)
         # a "copy" is written with the product that reads it (sheet/hand_layout.py)
 
     def _section_title(self, sec: Section) -> str:
@@ -285,7 +269,7 @@ class SheetWriter:
                     target = ws.cell(block.top + i, block.left + j)
                     target.value = ArrayFormula(target.coordinate, cell.text) if cell.array \
                         else cell.text
-        _paint(ws, block, FORMULA_FILL, step.number_format or NUMBER_FORMAT)
+        paint(ws, block, FORMULA_FILL, step.number_format or NUMBER_FORMAT)
         for r in sorted(step.skipped_rows):
             for c in range(cols):
                 target = ws.cell(block.top + r, block.left + c)
@@ -294,24 +278,11 @@ class SheetWriter:
             mask = self.blocks[step.masked_by]
             if mask.name not in self._shaded_masks:  # the mask's own 0s are what it masks
                 self._shaded_masks.add(mask.name)
-                self._shade_masked(mask, mask)
-            self._shade_masked(block, mask)
+                shade_masked(ws, mask, mask)
+            shade_masked(ws, block, mask)
         if step.heatmap:
-            ws.conditional_formatting.add(
-                block.whole().replace("$", ""),
-                ColorScaleRule(start_type="num", start_value=0, start_color="FFFFFF",
-                               end_type="num", end_value=1, end_color="F8696B"))
+            heat_map(ws, block)
         self._name(block, row_labels, col_labels, declared_vector(step))
-
-    def _shade_masked(self, block: Block, mask: Block) -> None:
-        """Grey with a dash wherever the mask's cell is 0: a live rule reading the mask, so
-        the cell keeps the 0 the next formulas add up."""
-        masked = DifferentialStyle(fill=MASKED_FILL, numFmt=NumberFormat(
-            numFmtId=MASKED_FORMAT_ID, formatCode=MASKED_FORMAT))
-        self.ws.conditional_formatting.add(
-            block.whole().replace("$", ""),
-            Rule(type="expression", formula=[f"{cell_ref(mask.top, mask.left)}=0"],
-                 stopIfTrue=True, dxf=masked))
 
     def _table(self, placed: Placed) -> None:
         """Label/value lines in the table's slot, value three columns right."""
@@ -319,72 +290,6 @@ class SheetWriter:
         for i, (label, value) in enumerate(placed.item.rows):
             write_text(self.ws, top + i, left, text_of(label, self.params))
             write_text(self.ws, top + i, left + 3, text_of(value, self.params))
-
-    def _chart(self, placed: Placed) -> None:
-        """The chart's title in the first row of its slot and the chart below it, every
-        series a reference to the live cells of a placed block. An exercise's hidden key
-        keeps the slot empty (nobody sees it; its blocks stay where the visible sheet has
-        them)."""
-        if not self.name_blocks:
-            return
-        chart, top, left = placed.item, placed.top, placed.left
-        cols, rows = placed.cols, placed.rows - 1
-        series = drawn_series(chart, self.blocks)
-        write_text(self.ws, top, left, text_of(chart.title, self.params)).font = NAME_FONT
-        if cols > 1:  # the title spans the chart (and the sheet's extent its slot)
-            self.ws.merge_cells(start_row=top, start_column=left, end_row=top,
-                                end_column=left + cols - 1)
-        drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
-        if chart.kind == "scatter":  # the schema requires a style: lines and markers
-            drawn.scatterStyle = "lineMarker"
-        drawn.x_axis.title = self.tr(chart.x_title) if chart.x_title else None
-        drawn.y_axis.title = self.tr(chart.y_title) if chart.y_title else None
-        if chart.legend_title:
-            _legend_title(drawn, self.tr(chart.legend_title))
-        drawn.x_axis.delete = drawn.y_axis.delete = False  # openpyxl 3.1 hides them otherwise
-        drawn.x_axis.axPos = "b"
-        if chart.log_x is not None:
-            drawn.x_axis.scaling.logBase = chart.log_x
-        if chart.y_range is not None:
-            drawn.y_axis.scaling.min, drawn.y_axis.scaling.max = chart.y_range
-        drawn.x_axis.tickLblPos = "low"  # under the plot, also when values go below 0
-        drawn.y_axis.number_format = "General"  # not the cells' four decimals
-        for one in series:
-            drawn.series.append(self._chart_data(one, chart.kind))
-        # anchored to its cells, corner to corner: whatever height its rows take (a
-        # translated line, a compact row), the chart stays inside them, so a page break,
-        # which falls only between units, never cuts it, and the print area holds it
-        drawn.anchor = TwoCellAnchor(editAs="twoCell",
-                                     _from=AnchorMarker(col=left - 1, row=top),
-                                     to=AnchorMarker(col=left - 1 + cols, row=top + rows))
-        self.ws.add_chart(drawn)
-
-    def _chart_data(self, series: Series, kind: str):
-        """Values, x values (categories) and name of one series, as sheet references."""
-        block = self.blocks[series.block]
-        count = block.cols if series.along == "col" else block.rows
-        if not 0 <= series.index < count:
-            raise ValueError(f"chart series {series.index} is outside block {block.name}")
-        sheet = quote_sheet(block.sheet)
-        if series.along == "col":
-            column = block.left + series.index
-            values = range_ref(block.top, column, block.bottom, column, True, True)
-            labels, name = block.row_labels(), cell_ref(block.top - 1, column, True, True)
-            if block.cols == 1:  # "max", "α": the block's name says which it is
-                name = cell_ref(*self.name_cells[block.name], True, True)
-        else:
-            row = block.top + series.index
-            values = range_ref(row, block.left, row, block.right, True, True)
-            labels, name = block.col_labels(), cell_ref(row, block.left - 1, True, True)
-        data = ChartData(f"{sheet}!{values}",
-                         xvalues=f"{sheet}!{labels}" if kind == "scatter" else None)
-        data.smooth = False  # straight segments: a smoothed curve overshoots the points
-        if kind == "scatter":
-            data.marker.symbol = "circle"
-        else:
-            data.cat = AxDataSource(strRef=StrRef(f=f"{sheet}!{labels}"))
-        data.tx = SeriesLabel(strRef=StrRef(f=f"{sheet}!{name}"))
-        return data
 
     # -- headers and names ----------------------------------------------------------------
     def _header(self, block: Block, equation: str, row_labels: Sequence,
@@ -444,10 +349,8 @@ class SheetWriter:
         self.labels[block.name] = (row_labels, col_labels)
         if vector:
             self.vectors[block.name] = vector
-        if not self.name_blocks:
-            return
-        wb = self.ws.parent
-        wb.defined_names[block.name] = DefinedName(block.name, attr_text=block.address())
+        if self.name_blocks:
+            define_name(self.ws.parent, block.name, block.address())
 
     def finish(self, values: Mapping[str, np.ndarray] | None = None) -> None:
         """Column widths that fit the numbers shown: `values` holds each block's numbers
@@ -460,7 +363,7 @@ class SheetWriter:
         last = self.units[-1].bottom if self.units else 0
         if self.ws.max_row > last:
             self.units.append(PrintUnit(last + 1, self.ws.max_row, self.margin))
-        self._wrap_text_rows()
+        self.text_rows.wrap(self.ws, self.units, self.max_width)
         if self.compact:  # every row under the title (a chart's too) as its text needs
             for row in range(4, max([self.ws.max_row, *(u.bottom for u in self.units)]) + 1):
                 if self.ws.row_dimensions[row].height is None:
@@ -491,69 +394,13 @@ class SheetWriter:
                     if cell.number_format == NUMBER_FORMAT:
                         cell.number_format = "General"
 
-    def _wrap_text_rows(self) -> None:
-        """Each line of prose wrapped within its unit's columns (never printed past the
-        page's right edge), its row as tall as the lines it takes."""
-        self._text_columns: dict[int, int] = {}
-        for row in self._text_rows:
-            unit = next((u for u in self.units if u.top <= row <= u.bottom), None)
-            cell = self.ws.cell(row, self.margin)
-            if unit is None or not isinstance(cell.value, str):
-                continue
-            right = min(max(unit.right, self.margin + 5), self.margin + self.max_width - 1)
-            self.ws.merge_cells(start_row=row, start_column=self.margin, end_row=row,
-                                end_column=right)
-            cell.alignment = Alignment(wrap_text=True, vertical="top")
-            self._text_columns[row] = right - self.margin + 1
-        self.fit_text_rows()
-
     def fit_text_rows(self) -> None:
         """Each wrapped prose row as tall as its text now takes (again after the text is
         translated: Chinese glyphs are taller and wider than the English they replace)."""
-        for row, columns in getattr(self, "_text_columns", {}).items():
-            cell = self.ws.cell(row, self.margin)
-            if not isinstance(cell.value, str):
-                continue
-            size = cell.font.sz or FONT_PT
-            lines = wrapped_lines(cell.value, columns, size)
-            cjk = _has_cjk(cell.value)  # a CJK line prints about 1.6 of its font size high
-            height = lines * size * (1.7 if cjk else 1.3)
-            if lines > 1 or (cjk and height > 15.0):  # 15 pt: a default row
-                self.ws.row_dimensions[row].height = round(height, 2)
+        self.text_rows.fit(self.ws)
 
 
-def _has_cjk(text: str) -> bool:
-    return any(ord(ch) > 0x2E80 for ch in text)
-
-
-def _sized(title, size: int) -> None:
-    """A chart or axis title in bold of `size` hundredths of a point."""
-    for paragraph in title.tx.rich.p:
-        paragraph.pPr = ParagraphProperties(defRPr=CharacterProperties(sz=size, b=True))
-        for piece in paragraph.r or []:
-            piece.rPr = CharacterProperties(sz=size, b=True)
-
-
-def _legend_title(drawn, text: str) -> None:
-    """A title over the chart's legend (the file format has no legend title): the chart's
-    own title, small, set at the top right above the legend, which sits on the right."""
-    drawn.legend.position = "r"
-    drawn.title = text
-    drawn.title.overlay = True  # over the plot's top right corner, taking no height of it
-    _sized(drawn.title, 1000)  # 10 pt: 8 pt or more at the smallest print scale
-    drawn.title.layout = Layout(manualLayout=ManualLayout(x=0.78, y=0.02, xMode="edge",
-                                                          yMode="edge"))
-
-
-def wrapped_lines(text: str, columns: int, size: float) -> int:
-    """Lines a text of font `size` takes wrapped across `columns` 9-digit columns (an
-    estimate that errs long: a short row would cut the last line off)."""
-    per_line = max(1, int(columns * 9 * FONT_PT / size * 0.85))
-    wide = sum(2 if ord(ch) > 0x2E80 else 1 for ch in text)  # CJK takes two widths
-    return max(1, -(-wide // per_line))
-
-
-def _paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = "") -> None:
+def paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = "") -> None:
     """Style every data cell like the first (one style record copied, not re-hashed)."""
     first = ws.cell(block.top, block.left)
     first.fill, first.font, first.border = fill, TEXT_FONT, CELL_BORDER

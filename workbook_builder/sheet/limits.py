@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.constants import constant_blocks
@@ -29,6 +28,8 @@ from workbook_builder.sheet.places import (
     place_sheet,
 )
 from workbook_builder.sheet.refs import name_destinations, parse_range
+from workbook_builder.sheet.request import BuildRequest
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
 EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
@@ -62,15 +63,15 @@ class Extent:
     cells: int
 
 
-def plan_extent(kind, params, labels: list[str], exercise=None,
-                max_cells: int | None = None, layout: str = "cells") -> Extent:
-    """The extent of the kind's sheet for these parameters, from its declaration alone.
+def plan_extent(request: BuildRequest, max_cells: int | None = None) -> Extent:
+    """The extent of the request's sheet, from its kind's declaration alone.
     An exercise adds a column of ✓/✗ marks, the self-check table and, with its self-check,
     the hidden key: the same blocks again on a sheet of their own. Raises PlanBeyond at the
     first block outside Excel's grid or past `max_cells`, and in the hand layout
     HandTooLarge at the first block with a side over HAND_MAX_SIDE."""
+    exercise = request.exercise
     copies = 2 if exercise is not None and exercise.self_check else 1
-    plan = place_kind(kind, params, layout, limits=Limits(
+    plan = place_kind(dataclasses.replace(request, exercise=None), Limits(
         EXCEL_ROWS, EXCEL_COLS, None if max_cells is None else max_cells // copies))
     rows, cols = plan.bottom, plan.right
     if exercise is not None:  # the instructions and self-check table above the blocks
@@ -80,11 +81,12 @@ def plan_extent(kind, params, labels: list[str], exercise=None,
     return Extent(rows, cols, plan.cells * copies)
 
 
-def place_kind(kind, params, layout: str, exercise=None,
-               limits: Limits = NO_LIMITS) -> SheetPlacement:
-    """Where the writer puts everything on the kind's sheet for these parameters, no cell
-    written: under the sheet's title (and an exercise's instructions and self-check); the
-    hand layout stops at a block beyond teaching sizes (HandTooLarge)."""
+def place_kind(request: BuildRequest, limits: Limits = NO_LIMITS) -> SheetPlacement:
+    """Where the writer puts everything on the request's sheet, no cell written: under the
+    sheet's title (and an exercise's instructions and self-check); the hand layout stops
+    at a block beyond teaching sizes (HandTooLarge)."""
+    kind, params, layout, exercise = (request.kind, request.params, request.layout,
+                                      request.exercise)
     if layout == "hand":
         limits = Limits(limits.rows, limits.cols, limits.cells, HAND_MAX_SIDE)
     first_row = FIRST_ROW if exercise is None else EXERCISE_TOP + exercise_rows(exercise)
@@ -92,15 +94,14 @@ def place_kind(kind, params, layout: str, exercise=None,
                        first_row=first_row, glued_from=1, limits=limits)
 
 
-def planned_places(kind, params, layout: str, exercise=None,
-                   labels: list[str] | None = None) -> dict[str, Block]:
-    """Every defined name the writer gives a workbook of these parameters, and the block it
+def planned_places(request: BuildRequest) -> dict[str, Block]:
+    """Every defined name the writer gives the request's workbook, and the block it
     covers there: each input and step on the kind's sheet and, in an exercise with its
     self-check, each CHECK_<STEP> cell of the table under the blocks. `check` and `grade`
     hold a file's names to it, as the size plan (`plan_extent`) does not need to. (Places
-    do not depend on the texts: `labels` is not read.)"""
-    sheet = kind.sheet_title
-    places = place_kind(kind, params, layout, exercise).blocks
+    do not depend on the texts: the labels are not read.)"""
+    sheet, exercise = request.kind.sheet_title, request.exercise
+    places = place_kind(request).blocks
     if exercise is not None and exercise.self_check:
         # apply_exercise: a line of instructions, the self-check's title, legend and
         # header, then one row per step with its count in COUNT_COL
@@ -151,15 +152,27 @@ def check_sizes(kind, params, max_cells: int = DEFAULT_MAX_CELLS) -> None:
                         f"{_lower(params, rows, cols)}, or raise --max-cells")
 
 
-def check_fits(kind, params, labels: list[str], exercise=None,
-               max_cells: int = DEFAULT_MAX_CELLS, layout: str = "cells") -> Extent:
+def plan_build(kind, params, tokens: list[str] | None = None, *,
+               max_cells: int = DEFAULT_MAX_CELLS, **request) -> BuildRequest:
+    """The request of a build (`request`: its fields beyond the kind, the parameters and the
+    labels), made where the build starts and refused before any work when it cannot fit:
+    first sizes no sheet can hold, from the parameters alone (`check_sizes`), then the
+    labels (`tokens`, or the kind's own), then the whole sheet (`check_fits`)."""
+    check_sizes(kind, params, max_cells)  # before anything is allocated
+    made = BuildRequest(kind, params, kind.labels(params, tokens), **request)
+    check_fits(made, max_cells)
+    return made
+
+
+def check_fits(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> Extent:
     """Refuse, in one line saying which flag to lower, a workbook that would not fit
     Excel's grid or would hold more than `max_cells` input and formula cells, a hand layout
     beyond teaching sizes; and labels longer than a cell can record."""
     if type(max_cells) is not int or max_cells <= 0:
         raise UserError(f"--max-cells must be a positive whole number, got {max_cells}")
+    kind, params, exercise = request.kind, request.params, request.exercise
     try:
-        extent = plan_extent(kind, params, labels, exercise, max_cells, layout)
+        extent = plan_extent(request, max_cells)
     except HandTooLarge as large:
         block = large.block
         sides = [side for side in (block.rows, block.cols) if side > HAND_MAX_SIDE]
@@ -190,7 +203,7 @@ def check_fits(kind, params, labels: list[str], exercise=None,
         raise UserError(f"{kind.name}: the exercise would be {extent.rows:,} rows × "
                         f"{extent.cols:,} columns, beyond Excel's {EXCEL_ROWS:,} × "
                         f"{EXCEL_COLS:,}; {_lower(params)}")
-    check_labels(labels)
+    check_labels(request.labels)
     return extent
 
 
@@ -208,10 +221,11 @@ def check_labels(labels: list[Any]) -> None:
                         f"most {EXCEL_CELL_CHARS:,}: shorten the tokens or lower the length")
 
 
-def check_results_finite(kind, params, inputs: dict[str, np.ndarray]) -> None:
+def check_results_finite(request: BuildRequest, inputs: dict[str, np.ndarray]) -> None:
     """Refuse inputs for which a step would overflow (Excel shows #NUM!, and nothing could
     be checked): the reference's value of every step must be finite. Names the first
     step, in sheet order, and its first such cell."""
+    kind, params = request.kind, request.params
     with np.errstate(all="ignore"):
         results = kind.reference(inputs, params)
     for name in kind.step_names(params):

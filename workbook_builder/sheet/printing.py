@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from openpyxl.worksheet.pagebreak import Break, ColBreak, RowBreak
 from openpyxl.worksheet.worksheet import Worksheet
 
-from workbook_builder.engines.internals.of_openpyxl import chart_rows
 from workbook_builder.sheet.refs import cell_ref
+from workbook_builder.xlsx.of_openpyxl import chart_rows
 
 # Arial: Excel has it everywhere and LibreOffice draws it with the metric-compatible
 # Liberation Sans, whose glyphs include ᵀ (Calibri falls back to a serif there, where Kᵀ

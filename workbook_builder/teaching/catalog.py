@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from workbook_builder.book.workbook import build_workbook
-from workbook_builder.demo import MODEL_EXAMPLES
 from workbook_builder.errors import UserError
+from workbook_builder.language import i18n
+from workbook_builder.models import examples as presets
+from workbook_builder.registry import load_kinds
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.registry import load_kinds
-from workbook_builder.teaching import i18n
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
 
 LAYOUTS = ("cells", "blocks", "hand")
 
@@ -72,14 +72,8 @@ def stays_as_written(text: str) -> bool:
 @dataclass(frozen=True)
 class Case:
     name: str  # kind/case/layout[/exercise]
-    kind: type
-    params: object
+    request: BuildRequest  # in English: `collect` builds it in the language it checks
     inputs: dict
-    tokens: list[str]
-    layout: str
-    exercise: object = None
-    student: str | None = None
-    note: str | None = None
 
 
 def variants(kind) -> Iterator[tuple[str, dict]]:
@@ -104,10 +98,10 @@ def examples(kind) -> Iterator[tuple[str, object]]:
     from unittest import mock
 
     for name in kind.examples:
-        yield name, kind.example(name)
-        if name in MODEL_EXAMPLES:
-            with mock.patch("sheets._examples.minilm_zip", return_value=None):
-                yield f"{name}-without-model", kind.example(name)
+        yield name, presets.make_example(kind, name)
+        if presets.reads_a_model(kind, name):
+            with mock.patch.object(presets, "minilm_zip", return_value=None):
+                yield f"{name}-without-model", presets.make_example(kind, name)
 
 
 def cases() -> Iterator[Case]:
@@ -117,9 +111,9 @@ def cases() -> Iterator[Case]:
     for kind_name, kind in sorted(load_kinds().items()):
         for stem, values in variants(kind):
             params = make_params(kind, values)
-            yield Case(f"{kind_name}/{stem}/cells", kind, params,
-                       complete_inputs(kind, params, {}, 0), kind.labels(params, None),
-                       "cells")
+            yield Case(f"{kind_name}/{stem}/cells",
+                       BuildRequest(kind, params, kind.labels(params, None)),
+                       complete_inputs(kind, params, {}, 0))
         setups = [("defaults", {}, {}, None, None)]
         for example, preset in examples(kind):
             given = {k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}
@@ -134,11 +128,13 @@ def cases() -> Iterator[Case]:
             labels = kind.labels(params, tokens)
             for layout in LAYOUTS:
                 name = f"{kind_name}/{stem}/{layout}"
-                yield Case(name, kind, params, inputs, labels, layout, note=note)
+                request = BuildRequest(kind, params, labels, layout, note=note)
+                yield Case(name, request, inputs)
                 if n == 0:
                     steps = tuple(kind.step_names(params)[-2:])
-                    yield Case(f"{name}/exercise", kind, params, inputs, labels, layout,
-                               ExerciseSpec(steps), "s01", note)
+                    yield Case(f"{name}/exercise", dataclasses.replace(
+                        request, exercise=ExerciseSpec(steps), student="s01",
+                        student_name="Ann"), inputs)
 
 
 @dataclass
@@ -158,12 +154,10 @@ def collect(lang: str = "zh", sections=None, only: Iterator[Case] | None = None)
     found = Findings(lang)
     for case in cases() if only is None else only:
         with i18n.trial(sections) as record:
-            build_workbook(case.kind, case.params, case.inputs, case.tokens, case.layout,
-                           lang=lang, exercise=case.exercise, student=case.student,
-                           note=case.note, student_name="Ann" if case.student else "")
+            build_workbook(dataclasses.replace(case.request, lang=lang), case.inputs)
         found.cases += 1
         found.texts += len(record)
-        order = i18n.kind_sections(case.kind.name)
+        order = i18n.kind_sections(case.request.kind.name)
         for text, key in record.items():
             if key is None:
                 if not stays_as_written(text):

@@ -26,17 +26,18 @@ import numpy as np
 from workbook_builder.book.files import move_into_place, temp_beside, write_csv
 from workbook_builder.book.workbook import build_workbook
 from workbook_builder.checking.check import compare_block, expected_steps
-from workbook_builder.checking.names import NamedRange
 from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.internals.of_openpyxl import save_workbook
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
+from workbook_builder.sheet.exercise import KEY_SHEET
 from workbook_builder.sheet.kind import Kind, complete_inputs
-from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, check_fits, check_sizes
+from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, plan_build
+from workbook_builder.sheet.names import NamedRange
 from workbook_builder.sheet.refs import name_destinations, parse_cell, parse_range
-from workbook_builder.teaching.exercise import KEY_SHEET, ExerciseSpec, validate_steps
+from workbook_builder.sheet.request import BuildRequest, ExerciseSpec, validate_steps
 from workbook_builder.teaching.record import RECORD, SHARED, student_record, write_record
+from workbook_builder.xlsx.of_openpyxl import save_workbook
 
 NAME_MAX = 255  # bytes of one file name on common file systems
 ID_COLUMNS = ("id", "student_id", "student id", "student", "学号")
@@ -134,10 +135,11 @@ def _check_file_names(plan, roster: Path) -> None:
                                 f"at most {NAME_MAX})")
 
 
-def _input_blocks(wb, kind, params, inputs) -> list[tuple[str, int, int, np.ndarray]]:
+def _input_blocks(wb, request: BuildRequest,
+                  inputs) -> list[tuple[str, int, int, np.ndarray]]:
     """(sheet, top, left, values) of every input block of a built workbook."""
     blocks = []
-    for name in kind.input_shapes(params):
+    for name in request.kind.input_shapes(request.params):
         [(sheet, ref)] = name_destinations(wb.defined_names[name])
         top, left, _, _ = parse_range(ref.replace("$", ""))
         blocks.append((sheet, top, left, np.asarray(inputs[name], float)))
@@ -169,12 +171,13 @@ class _Edition:
         return values
 
 
-def _verify(wb, kind, params, inputs, values, exercise: ExerciseSpec | None) -> list[str]:
+def _verify(wb, request: BuildRequest, inputs, values) -> list[str]:
     """Steps whose evaluated cells differ from the NumPy reference (none, if all is well).
     The key workbook: every visible step. The exercise: every block of the hidden key, and
     each self-check counting 0 on the blank sheet."""
     problems = []
-    expected = expected_steps(kind, params, inputs)
+    exercise = request.exercise
+    expected = expected_steps(request.kind, request.params, inputs)
     for name, block in expected.items():
         [(sheet, ref)] = name_destinations(wb.defined_names[name])
         where = NamedRange(name, sheet, *parse_range(ref.replace("$", "")))
@@ -216,9 +219,9 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
     that fails or is interrupted leaves nothing behind."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
-    check_sizes(kind, params, max_cells)  # before anything is allocated
-    labels = kind.labels(params, tokens)
-    check_fits(kind, params, labels, exercise, max_cells, layout)
+    request = plan_build(kind, params, tokens, max_cells=max_cells, layout=layout, lang=lang,
+                         exercise=exercise, note=note)
+    labels = request.labels
     validate_steps(kind, params, exercise)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
@@ -241,13 +244,12 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
             inputs = complete_inputs(kind, params, given or {}, seed)
             for edition, name in ((editions["exercise"], exercise_name),
                                   (editions["key"], key_name)):
-                wb = build_workbook(kind, params, inputs, labels, layout, lang=lang,
-                                    exercise=edition.exercise, student=student.id, note=note,
-                                    student_name=student.name)
-                values = edition.write(wb, _input_blocks(wb, kind, params, inputs),
-                                       staging / name, Path(workdir))
-                problems += [f"{name}: {p}" for p in
-                             _verify(wb, kind, params, inputs, values, edition.exercise)]
+                whose = dataclasses.replace(request, exercise=edition.exercise,
+                                            student=student.id, student_name=student.name)
+                wb = build_workbook(whose, inputs)
+                values = edition.write(wb, _input_blocks(wb, whose, inputs), staging / name,
+                                       Path(workdir))
+                problems += [f"{name}: {p}" for p in _verify(wb, whose, inputs, values)]
             manifest.append([student.id, student.name, exercise_name, key_name, seed])
             records.append(student_record(student.id, student.name, exercise_name, key_name,
                                           seed, kind.name, dataclasses.asdict(params),

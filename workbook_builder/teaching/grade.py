@@ -27,7 +27,7 @@ import numpy as np
 
 from workbook_builder.book.files import check_writable, open_workbook, write_csv
 from workbook_builder.book.reading import regular_file
-from workbook_builder.book.workbook import read_spec, spec_kind_params
+from workbook_builder.book.workbook import read_spec, spec_request
 from workbook_builder.checking.check import (
     ENGINES,
     array_members,
@@ -35,11 +35,10 @@ from workbook_builder.checking.check import (
     read_inputs,
     require_engine,
 )
-from workbook_builder.checking.names import NamedRange
 from workbook_builder.checking.placement import Placement, hold_to_layout
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
 from workbook_builder.errors import UserError
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.names import NamedRange
+from workbook_builder.sheet.request import BuildRequest
 from workbook_builder.teaching.record import (
     StudentRecord,
     by_digest,
@@ -47,6 +46,7 @@ from workbook_builder.teaching.record import (
     inputs_digest,
     read_record,
 )
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 
 @dataclass
@@ -147,14 +147,13 @@ class _Returned:
         self._evaluated: list[dict] = []
         self._placements: dict[tuple, Placement] = {}
 
-    def placement(self, kind, params, layout: str, exercise: ExerciseSpec | None = None
-                  ) -> Placement:
-        """The file held to the layout of these parameters (`hold_to_layout`): the places
-        read, and every name or sheet that differs."""
-        key = (kind.name, repr(params), layout, exercise)
+    def placement(self, request: BuildRequest) -> Placement:
+        """The file held to the layout of the request (`hold_to_layout`): the places read,
+        and every name or sheet that differs."""
+        key = (request.kind.name, repr(request.params), request.layout, request.exercise)
         if key not in self._placements:
-            self._placements[key] = hold_to_layout(self.wb, kind, params, layout, exercise,
-                                                   self.path, key_any_state=True)
+            self._placements[key] = hold_to_layout(self.wb, request, self.path,
+                                                   key_any_state=True)
         return self._placements[key]
 
     def evaluated(self) -> dict:
@@ -168,13 +167,12 @@ class _Returned:
             value = self.evaluated().get((sheet.upper(), row, col))
         return value
 
-    def inputs(self, kind, params, layout: str,
-               exercise: ExerciseSpec | None = None) -> dict[str, np.ndarray]:
+    def inputs(self, request: BuildRequest) -> dict[str, np.ndarray]:
         """The input blocks where the layout puts them (below an exercise's instructions)."""
-        return read_inputs(self.wb, kind, params, self.path,
+        return read_inputs(self.wb, request.kind, request.params, self.path,
                            self.evaluated if self.saved is None else
                            lambda: _saved_or_evaluated(self.saved, self.evaluated),
-                           self.placement(kind, params, layout, exercise).places)
+                           self.placement(request).places)
 
     def score(self, where: NamedRange, answer: np.ndarray,
               tolerance: float) -> tuple[int, int, int]:
@@ -204,10 +202,11 @@ def _grade(returned: _Returned, grade: Grade) -> None:
     if spec.exercise is None:
         raise UserError(f"{path} is an attnsheets workbook but not an exercise (an answer "
                         f"key?)")
-    kind, params = spec_kind_params(spec)
-    placement = returned.placement(kind, params, spec.layout, spec.exercise)
+    request = spec_request(spec)
+    kind, params = request.kind, request.params
+    placement = returned.placement(request)
     try:
-        inputs = returned.inputs(kind, params, spec.layout, spec.exercise)
+        inputs = returned.inputs(request)
     except UserError:
         if placement.problems:  # the layout the file states is not the one it has
             raise UserError(f"{path}: {'; '.join(placement.problems[:2])}") from None
@@ -264,7 +263,7 @@ def _grade_from_record(returned: _Returned, grade: Grade,
         changes.append(f"inputs are those of student {holder.student}")
         grade.inputs_of = holder.student
     changes += _about_changes(returned, record)
-    placement = returned.placement(kind, params, record.layout, record.exercise())
+    placement = returned.placement(record.request())
     changes += _placement_changes(placement)
     expected = kind.reference(recorded, params)
     for step in record.steps:
@@ -284,7 +283,7 @@ def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
             continue
         tried.append((record.kind, record.params))
         try:
-            inputs = returned.inputs(*record.kind_params(), record.layout, record.exercise())
+            inputs = returned.inputs(record.request())
         except UserError:
             continue
         return inputs, inputs_digest(inputs)

@@ -21,9 +21,9 @@ import numpy as np
 from workbook_builder import __version__
 from workbook_builder.book.files import move_into_place, temp_beside
 from workbook_builder.errors import UserError
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import complete_inputs, make_params
-from workbook_builder.sheet.registry import get_kind
-from workbook_builder.teaching.exercise import ExerciseSpec
+from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
 
 RECORD = "manifest.json"
 SHARED = "manifest_inputs.npz"  # inputs given to every student (a checkpoint's weights)
@@ -70,6 +70,13 @@ class StudentRecord:
     def kind_params(self):
         kind = get_kind(self.kind)
         return kind, make_params(kind, self.params)
+
+    def request(self) -> BuildRequest:
+        """The request `class` built this student's exercise from."""
+        kind, params = self.kind_params()
+        return BuildRequest(kind, params, list(self.tokens), self.layout,
+                            exercise=self.exercise(), student=self.student,
+                            student_name=self.name)
 
     def inputs(self) -> dict[str, np.ndarray]:
         """The inputs `class` wrote, drawn again from the recorded seed (and checked against

@@ -11,71 +11,24 @@ import numpy as np
 from openpyxl.formatting.rule import CellIsRule
 from openpyxl.styles import Alignment, Font, PatternFill
 
+from sheets._tutorials import TUTORIALS, Example, Tutorial
 from workbook_builder.book.files import check_writable, save_atomic
 from workbook_builder.book.workbook import build_workbook
 from workbook_builder.checking.check import CheckReport, check_workbook
-from workbook_builder.checking.names import find_name
 from workbook_builder.errors import UserError
+from workbook_builder.registry import get_kind
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.layout import BOLD_FONT, TEXT_FONT
+from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.printing import FONT_NAME, PrintUnit, set_print_layout
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
-from workbook_builder.sheet.registry import get_kind
+from workbook_builder.sheet.request import BuildRequest
+from workbook_builder.sheet.styles import BOLD_FONT, TEXT_FONT
 
 AGREE_WITHIN = 0.0005  # printed to 3 decimals
 DIFFERS_FONT = Font(name=FONT_NAME, bold=True, color="9C0006")
 DIFFERS_FILL = PatternFill("solid", fgColor="FFC7CE", bgColor="FFC7CE")
 TUTORIAL_COLUMNS = 6
-
-
-@dataclass(frozen=True)
-class Example:
-    file_stem: str
-    kind: str
-    params: dict
-    inputs: dict[str, list]
-    printed: dict[str, list]  # step name -> the matrix the tutorial prints
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Tutorial:
-    source: str
-    tokens: list[str]
-    examples: list[Example]
-
-
-_X = [[1, 0], [0, 1], [1, 1]]
-_I = [[1, 0], [0, 1]]
-
-# ../shared/seeds/000_b638a7e16e22b681.txt, "Excel 手推自注意力" and "多头注意力".
-TUTORIALS = {
-    "wo-ai-ai": Tutorial(
-        source="Transformer自注意力机制详解, Step 2a–2f (sentence “我爱 AI”)",
-        tokens=["我", "爱", "AI"],
-        examples=[
-            Example("wo-ai-ai_attention", "attention", {"seq_len": 3, "d_model": 2, "d_k": 2},
-                    {"X": _X, "W_Q": _I, "W_K": _I, "W_V": _I},
-                    {"SCORES": [[1, 0, 1], [0, 1, 1], [1, 1, 2]],
-                     "SCALED": [[0.707, 0, 0.707], [0, 0.707, 0.707], [0.707, 0.707, 1.414]],
-                     "WEIGHTS": [[0.370, 0.260, 0.370], [0.260, 0.370, 0.370],
-                                 [0.289, 0.289, 0.422]],
-                     "OUTPUT": [[0.740, 0.630], [0.630, 0.740], [0.711, 0.711]]}),
-            Example("wo-ai-ai_multihead", "multihead", {"seq_len": 3, "d_model": 2, "heads": 2},
-                    {"X": _X, "W_Q": _I, "W_K": _I, "W_V": _I, "W_O": _I},
-                    {"SCORES_H1": [[1, 0, 1], [0, 0, 0], [1, 0, 1]],
-                     "WEIGHTS_H1": [[0.370, 0.260, 0.370], [0.333, 0.333, 0.333],
-                                    [0.370, 0.260, 0.370]],
-                     "HEAD_H1": [[0.740], [0.667], [0.740]],
-                     "SCORES_H2": [[0, 0, 0], [0, 1, 1], [0, 1, 1]],
-                     "WEIGHTS_H2": [[0.333, 0.333, 0.333], [0.212, 0.394, 0.394],
-                                    [0.212, 0.394, 0.394]],
-                     "HEAD_H2": [[0.667], [0.788], [0.788]],
-                     "CONCAT": [[0.740, 0.667], [0.667, 0.788], [0.740, 0.788]]},
-                    note="The tutorial gives no W_O; W_O = I here, so OUTPUT = CONCAT."),
-        ]),
-}
 
 
 @dataclass(frozen=True)
@@ -129,7 +82,7 @@ def _write_example(tutorial: Tutorial, example: Example, path: Path, force: bool
     kind = get_kind(example.kind)
     params = make_params(kind, example.params)
     inputs = {k: np.asarray(v, dtype=float) for k, v in example.inputs.items()}
-    wb = build_workbook(kind, params, inputs, tutorial.tokens, "cells")
+    wb = build_workbook(BuildRequest(kind, params, tutorial.tokens), inputs)
     ws = wb.create_sheet("Tutorial", 0)
     lines = [(f"Printed by the tutorial vs computed live — {tutorial.source}",
               Font(name=FONT_NAME, bold=True, size=13)),

@@ -1,13 +1,14 @@
-"""The one door to the internals of `formulas`, `schedula` and `openpyxl`.
+"""The one door to the internals of `formulas` and `schedula` (openpyxl's is
+`workbook_builder/xlsx/of_openpyxl.py`).
 
-Only the modules of this package use a name those libraries do not publish (an underscored
-name, a module outside their documented interface); tests/test_library_internals.py reads
-every other module of the project to hold it so, and says what counts as public. Every
-shortcut here is guarded by the library's release (`versions`): outside the releases it was
-written for, or with ATTNSHEETS_RELEASED_LIBRARIES=1 in the environment, the library's
-public path is taken instead, slower but as released.
+Only the modules of this package use a name those two libraries do not publish (an
+underscored name, a module outside their documented interface);
+tests/test_library_internals.py reads every other module of the project to hold it so, and
+says what counts as public. Every shortcut here is guarded by the library's release
+(`workbook_builder/xlsx/versions.py`): outside the releases it was written for, or with
+ATTNSHEETS_RELEASED_LIBRARIES=1 in the environment, the library's public path is taken
+instead, slower but as released.
 
-- of_openpyxl: reading and saving workbooks, the cells a sheet stores, copying styles;
 - of_formulas: our changes to the engine (in place only while we calculate), compiling
   each formula form once;
 - of_schedula: the engine's calculation as a plain loop over its dispatcher's functions;

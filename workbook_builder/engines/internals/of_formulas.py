@@ -24,7 +24,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from workbook_builder.engines.internals import fast_functions
-from workbook_builder.engines.internals.versions import SUPPORTED, supported, within
 from workbook_builder.sheet.refs import (
     FORMULA_CELL,
     column_letters,
@@ -32,6 +31,7 @@ from workbook_builder.sheet.refs import (
     formula_form,
     sheet_name,
 )
+from workbook_builder.xlsx.versions import SUPPORTED, supported, within
 
 
 def formula_shortcuts(shortcuts: bool | None = None) -> bool:

@@ -1,8 +1,10 @@
-"""Defined names: the rectangle each workbook-level name points at."""
+"""Defined names: giving a block its workbook-level name, and the rectangle each name points
+at when read back."""
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.workbook.workbook import Workbook
 
 from workbook_builder.errors import UserError
@@ -55,3 +57,8 @@ def find_block(wb: Workbook, name: str, path: Path, shape: tuple[int, int]) -> N
         raise UserError(f"{path}: {name} spans {where.shape[0]:,}×{where.shape[1]:,} cells "
                         f"but the recorded parameters need {shape[0]}×{shape[1]}")
     return where
+
+
+def define_name(wb: Workbook, name: str, address: str) -> None:
+    """The workbook-level name `name` for the cells at `address` ('Sheet'!$A$1:$B$2)."""
+    wb.defined_names[name] = DefinedName(name, attr_text=address)

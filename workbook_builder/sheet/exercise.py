@@ -13,27 +13,25 @@ zip (or Excel's VBA editor) can still read it, and Gnumeric's xlsx writer saves 
 ordinary visible sheet. `self_check=False` writes no answers at all.
 """
 
-import json
-import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 from openpyxl.styles import Border, PatternFill, Side
-from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.checking.names import NamedRange, find_block
-from workbook_builder.engines.internals.of_openpyxl import load_workbook, save_workbook
-from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
-from workbook_builder.sheet.hand_layout import sheet_writer
-from workbook_builder.sheet.layout import BOLD_FONT, LABEL_FONT, NAME_FONT, SheetWriter
-from workbook_builder.sheet.limits import COUNT_COL, EXERCISE_TOP, exercise_rows
+from workbook_builder.sheet.kind_sheet import kind_writer, lay_out
+from workbook_builder.sheet.layout import SheetWriter
+from workbook_builder.sheet.limits import COUNT_COL, EXERCISE_TOP
+from workbook_builder.sheet.names import NamedRange, define_name, find_block
 from workbook_builder.sheet.refs import cell_ref, quote_sheet
+from workbook_builder.sheet.request import BuildRequest, ExerciseSpec, validate_steps
+from workbook_builder.sheet.styles import BOLD_FONT, LABEL_FONT, NAME_FONT
+from workbook_builder.xlsx.of_openpyxl import load_workbook, save_workbook
 
 KEY_SHEET = "Key"
-DEFAULT_TOLERANCE = 0.001
 ANSWER_FILL = PatternFill("solid", fgColor="E2EFDA")  # pale green: your answer goes here
 _DASHED = Side(style="dashed", color="548235")
 ANSWER_BORDER = Border(left=_DASHED, right=_DASHED, top=_DASHED, bottom=_DASHED)
@@ -47,67 +45,26 @@ PLACEHOLDER = "#N/A"
 ANSWER_LEGEND = "    green = your answer"  # after the layout's legend
 
 
-@dataclass(frozen=True)
-class ExerciseSpec:
-    steps: tuple[str, ...]
-    tolerance: float = DEFAULT_TOLERANCE
-    self_check: bool = True
-
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), "steps": list(self.steps)})
-
-    @classmethod
-    def from_json(cls, text: str) -> "ExerciseSpec":
-        data = json.loads(text)
-        return cls(tuple(data["steps"]), float(data["tolerance"]), bool(data["self_check"]))
-
-
-def parse_steps(text: str) -> tuple[str, ...]:
-    """'weights, output' -> ('WEIGHTS', 'OUTPUT'); checked against the kind later."""
-    steps = tuple(s.strip().upper() for s in text.split(","))
-    if not all(steps):
-        raise UserError("--exercise has an empty step name")
-    if len(set(steps)) != len(steps):
-        raise UserError("--exercise names a step twice")
-    return steps
-
-
-def make_spec(steps_text: str, tolerance: float | None, self_check: bool) -> ExerciseSpec:
-    tolerance = DEFAULT_TOLERANCE if tolerance is None else tolerance
-    if not math.isfinite(tolerance) or tolerance <= 0:
-        raise UserError(f"--tolerance must be a positive number, got {tolerance}")
-    return ExerciseSpec(parse_steps(steps_text), tolerance, self_check)
-
-
-def validate_steps(kind, params, spec: ExerciseSpec) -> None:
-    known = kind.step_names(params)
-    for step in spec.steps:
-        if step not in known:
-            raise UserError(f"kind {kind.name} has no step {step!r} with these parameters; "
-                            f"its steps are {', '.join(known)}")
-
-
 def _number(x: float) -> str:
     """A literal every engine parses (the `formulas` engine wants a signed exponent)."""
     text = repr(float(x))
     return text if "e" not in text else f"{x:.6E}"
 
 
-def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str,
-                   spec: ExerciseSpec) -> None:
-    """Blank the exercise steps on `sheet` (laid out from row EXERCISE_TOP +
+def apply_exercise(sheet: SheetWriter, request: BuildRequest,
+                   inputs: Mapping[str, np.ndarray]) -> None:
+    """Blank the request's exercise steps on `sheet` (laid out from row EXERCISE_TOP +
     exercise_rows(spec) on) and add the instructions, the hidden key and self-checks
     above them."""
-    validate_steps(kind, params, spec)
+    kind, spec = request.kind, request.exercise
+    validate_steps(kind, request.params, spec)
     ws, wb = sheet.ws, sheet.ws.parent
     write_text(ws, 3, 1, sheet.legend + ANSWER_LEGEND)
     key = None
-    if spec.self_check:
-        key = sheet_writer(wb.create_sheet(KEY_SHEET), layout)
-        key.row = EXERCISE_TOP + exercise_rows(spec)  # each block where the sheet has it
-        key.name_blocks, key.linked_inputs = False, dict(sheet.blocks)
+    if spec.self_check:  # each block where the sheet has it
+        key = kind_writer(wb.create_sheet(KEY_SHEET), request, answer_key_of=sheet.blocks)
         key.title(f"{kind.sheet_title}: answer key")
-        kind.lay_out(key, params, inputs, tokens)
+        lay_out(key, kind, inputs)
         key.ws.sheet_state = "veryHidden"
     for step in spec.steps:
         _blank(ws, sheet.blocks[step])
@@ -140,7 +97,7 @@ def apply_exercise(sheet: SheetWriter, kind, params, inputs, tokens, layout: str
         ws[count] = ArrayFormula(count, f"={_count(mine, answer, tol)}")
         ws.cell(r, COUNT_COL + 1, mine.rows * mine.cols)
         where = f"{quote_sheet(ws.title)}!{cell_ref(r, COUNT_COL, True, True)}"
-        wb.defined_names[f"CHECK_{step}"] = DefinedName(f"CHECK_{step}", attr_text=where)
+        define_name(wb, f"CHECK_{step}", where)
 
 
 def _blank(ws, block: Block) -> None:

@@ -21,9 +21,9 @@ from importlib import resources
 from openpyxl.comments import Comment
 from openpyxl.workbook.workbook import Workbook
 
-from workbook_builder.engines.internals.of_openpyxl import stored_cells
+from workbook_builder.language.po import PoError, read_po
 from workbook_builder.sheet.cells import set_text
-from workbook_builder.teaching.po import PoError, read_po
+from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 LANGS = ("en", "zh")
 SHARED, COST = "shared", "cost"
@@ -72,7 +72,7 @@ def catalog_sections(lang: str) -> dict[str, dict[str, str]]:
     """The sections of the catalog shipped for `lang` (none for English)."""
     if lang == "en":
         return {}
-    source = resources.files("workbook_builder.teaching") / "locale" / f"{lang}.po"
+    source = resources.files("workbook_builder.language") / "locale" / f"{lang}.po"
     return parse_catalog(source.read_text(encoding="utf-8"), f"locale/{lang}.po")
 
 

@@ -4,7 +4,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # blocks of these languages are commands: tests/test_doc_commands.py runs them as pasted
 RUN = ("bash", "python")
 # blocks of these languages are shown, never run (output samples, files, diagrams)

@@ -5,14 +5,13 @@ session fixtures of conftest.py write: the `hand` layout and Chinese labels of e
 the `--example` presets the demo leaves out, a class's exercises and answer keys in each
 layout, and workbooks built from tiny random checkpoints of every model family read."""
 
-from importlib.util import find_spec
 from pathlib import Path
 
-from conftest import cli
-
+from helpers.cli import cli
+from helpers.models import tiny_checkpoints
 from workbook_builder.demo import demo_plan, write_demo
 from workbook_builder.errors import UserError
-from workbook_builder.sheet.registry import load_kinds
+from workbook_builder.registry import load_kinds
 
 # (kind, checkpoint maker, build flags): a workbook of each model family the loader reads
 CHECKPOINT_BOOKS = [
@@ -92,22 +91,6 @@ def checkpoint_books(folder: Path, checkpoints: dict[str, Path]) -> list[Path]:
     return written
 
 
-def tiny_checkpoints(folder: Path) -> dict[str, Path]:
-    """The test suite's tiny random models of every family, saved with save_pretrained;
-    empty without transformers."""
-    if find_spec("transformers") is None:
-        return {}
-    from test_checkpoints import save_tiny_bert
-    from test_decoder_block import save_tiny_gpt2
-    from test_llama_block import TEACHING as LLAMA_SIZES
-    from test_llama_block import save_llama
-    from test_mamba_block import TEACHING as MAMBA_SIZES
-    from test_mamba_block import save_mamba
-
-    return {"bert": save_tiny_bert(folder / "tiny-bert"),
-            "gpt2": save_tiny_gpt2(folder / "tiny-gpt2"),
-            "llama": save_llama(folder / "tiny-llama", LLAMA_SIZES),
-            "mamba": save_mamba(folder / "tiny-mamba", MAMBA_SIZES)}
 
 
 def write_every_kind_of_file(folder: Path) -> list[Path]:

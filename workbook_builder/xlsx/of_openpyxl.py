@@ -20,7 +20,7 @@ from copy import copy
 import openpyxl
 from openpyxl.cell.cell import Cell
 
-from workbook_builder.engines.internals.versions import supported
+from workbook_builder.xlsx.versions import supported
 
 # openpyxl's module-level functions we replace while reading or saving: one thread at a time
 _module_lock = threading.RLock()

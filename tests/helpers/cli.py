@@ -1,0 +1,79 @@
+"""The command line as the tests run it: in this process (`cli`: `main(argv)`, its exit code
+and what it printed) and as a user runs it, a new process (`run_cli`); a usage error's one
+line."""
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbook_builder.cli.app import main
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args) -> Ran:
+    """The command line in this process: `main(argv)`, its exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+# a fresh Python running the CLI as its child, printing the child's peak resident memory
+# (ru_maxrss, KB on Linux) as the last line of stderr
+PEAK_MEMORY_PROBE = (
+    "import resource, subprocess, sys; "
+    "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+    "sys.stdout.write(done.stdout); sys.stderr.write(done.stderr); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+    "sys.exit(done.returncode)")
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it: a new process, text output."""
+    return subprocess.run([sys.executable, "-m", "workbook_builder", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def one_line_error(result) -> str:
+    """The single stderr line of a usage error (exit 2, no traceback)."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def start(args, tmp_path, program=("-m", "workbook_builder")) -> tuple[subprocess.Popen, Path]:
+    """The CLI in a new process whose temporary folder is a private one, to look into."""
+    private = tmp_path / "tmp"
+    private.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(private)}
+    return subprocess.Popen([sys.executable, *map(str, program), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=Path(__file__).resolve().parents[2],
+                            # as from a terminal, whatever the test runner ignores
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+                            ), private
+
+
+def terminate_once(process: subprocess.Popen, seen,
+                   signum: int = signal.SIGTERM) -> tuple[int, str]:
+    """`signum` as soon as `seen()` holds (the work is under way); the exit code, stderr."""
+    deadline = time.monotonic() + 300
+    while not seen() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "finished before it could be interrupted"
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err
