@@ -21,11 +21,10 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.book.reading import check_zip_directory, check_zip_parts, regular_file
 from workbook_builder.book.sheet_xml import (
     load_with_constant_blocks,
+    finish_workbook,
     place_constant_blocks,
-    splice_constant_blocks,
 )
 from workbook_builder.book.workbook import ABOUT, BookSpec, build_workbook
-from workbook_builder.engines.cached_values import store_values
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.internals.of_openpyxl import (
     load_workbook,
@@ -196,20 +195,15 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True,
     values are returned."""
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
     with writing(path), temp_beside(path, ".attnsheets-", ".xlsx") as saved, \
-            temp_beside(path, ".attnsheets-", ".xlsx") as stored, \
-            temp_beside(path, ".attnsheets-", ".xlsx") as spliced:
+            temp_beside(path, ".attnsheets-", ".xlsx") as finished:
         placed = place_constant_blocks(wb)  # before openpyxl writes the style table
-        save_workbook(wb, saved)
+        save_workbook(wb, saved, compressed=False)  # parts rewritten below, compressed once
         values = None
         if with_values:
             # the workbook in memory is what was just saved: no need to read it back
-            values = FormulasModel(wb, path.name).evaluate()
-            store_values(saved, stored, values)
-        done = stored if with_values else saved
-        if placed:  # the array blocks' cells, into the sheets openpyxl wrote without them
-            splice_constant_blocks(done, spliced, placed)
-            done = spliced
-        move_into_place(done, path, force)
+            values = FormulasModel(wb, path.name).evaluate(input_blocks=False)
+        finish_workbook(saved, finished, placed, values)
+        move_into_place(finished, path, force)
         return values
 
 

@@ -12,9 +12,12 @@ loads the rest and the blocks come back as arrays. Anything else in a block (a f
 text, a shared string, a second style, a missing cell) leaves that block to openpyxl.
 """
 
+import contextlib
 import functools
 import io
+import queue
 import re
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +26,13 @@ import numpy as np
 from openpyxl.utils import get_column_letter
 from openpyxl.workbook.workbook import Workbook
 
-from workbook_builder.engines.cached_values import sheet_parts, unescape_xml
+from workbook_builder.engines.cached_values import (
+    rewrite_sheet,
+    sheet_parts,
+    typed_value,
+    unescape_xml,
+)
+from workbook_builder.engines.formulas_engine import CellValues
 from workbook_builder.engines.internals.of_openpyxl import (
     cell_with_style_id,
     load_workbook,
@@ -32,9 +41,11 @@ from workbook_builder.engines.internals.of_openpyxl import (
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
     ConstantBlock,
+    FormulaRegion,
     add_constant_block,
     blocks_with_cells,
     constant_blocks,
+    formula_regions,
     materialise,
     whole_numbers,
 )
@@ -63,67 +74,119 @@ def _column_number(letters: str) -> int:
     return number
 
 
-PlacedBlocks = dict[str, list[tuple[ConstantBlock, int]]]  # sheet title -> (block, style id)
+# sheet title -> (an array block or a formula region, its style's number)
+PlacedBlocks = dict[str, list[tuple[ConstantBlock | FormulaRegion, int]]]
 
 
 def place_constant_blocks(wb: Workbook) -> PlacedBlocks:
-    """Ready every array block for writing, before openpyxl saves the workbook: a block
-    the sheet has since put a cell into becomes ordinary cells (it is written by
-    openpyxl), every other gets its style's number in the workbook's style table."""
+    """Ready every array block and formula region for writing, before openpyxl saves the
+    workbook: a block the sheet has since put a cell into becomes ordinary cells (it is
+    written by openpyxl), every other, and every region, gets its style's number in the
+    workbook's style table."""
     placed: PlacedBlocks = {}
     for ws in wb.worksheets:
         for block in blocks_with_cells(ws):
             materialise(ws, block)
-        for block in constant_blocks(ws):
+        for block in [*constant_blocks(ws), *formula_regions(ws)]:
             placed.setdefault(ws.title, []).append((block, block.style.style_id))
     return placed
 
 
 def _block_row(block: ConstantBlock, style_id: int, i: int) -> str:
-    """Row i (0-based) of a block as openpyxl writes cells of numbers."""
-    starts = _cell_starts(block.left, block.right)
-    style = f' s="{style_id}"' if style_id else ""
-    middle = f'{block.top + i}"{style} t="n"><v>'
+    """Row i (0-based) of a block as openpyxl writes cells of numbers: one format call per
+    row, of a template made once per block."""
     values = block.values[i].tolist()
     texts = list(map(float.__repr__, values))
     for j in np.flatnonzero(block.integers[i]).tolist():
         texts[j] = str(int(values[j]))
-    return "".join([f"{start}{middle}{text}</v></c>"
-                    for start, text in zip(starts, texts, strict=True)])
+    return _row_template(block.left, block.right, style_id, ' t="n"').format(block.top + i,
+                                                                            *texts)
 
 
-@functools.lru_cache(maxsize=64)
-def _cell_starts(left: int, right: int) -> tuple[str, ...]:
-    """'<c r="C' for each column of a block (the row number follows)."""
-    return tuple(f'<c r="{_letters(col)}' for col in range(left, right + 1))
+@functools.lru_cache(maxsize=256)
+def _row_template(left: int, right: int, style_id: int, kind: str = "") -> str:
+    """'<c r="C{0}" s="3" t="n"><v>{1}</v></c><c r="D{0}" …' for the columns left to
+    right: {0} the row, {1}, {2}, … each cell's text; `kind` the type attribute."""
+    style = f' s="{style_id}"' if style_id else ""
+    return "".join(f'<c r="{_letters(col)}{{0}}"{style}{kind}><v>{{{k}}}</v></c>'
+                   for k, col in enumerate(range(left, right + 1), start=1))
 
 
-def _merged_row(row: int, attrs: str, body: str, placed) -> str:
-    """A row's own cells and the blocks' cells of that row, in column order."""
+_FLOAT_REPR = float.__repr__
+
+
+def _region_run(sheet: str, row: int, left: int, right: int, style_id: int,
+                values: CellValues | None) -> str:
+    """Cells left to right of a formula region's row, each with its value from `values`
+    as `store_values` writes a formula cell's (or empty, styled, without values)."""
+    style = f' s="{style_id}"' if style_id else ""
+    if values is None:
+        return "".join(f'<c r="{_letters(col)}{row}"{style}/>' for col in range(left, right + 1))
+    found = [values.get((sheet, row, col)) for col in range(left, right + 1)]
+    try:  # numbers, all finite: one format call (a bool, text or error takes the loop)
+        if all(type(value) is float or type(value) is int for value in found):
+            texts = list(map(_FLOAT_REPR, map(float, found)))
+            if "inf" not in "".join(texts) and "nan" not in "".join(texts):
+                return _row_template(left, right, style_id).format(row, *texts)
+    except OverflowError:  # an int beyond a double
+        pass
+    pieces = []
+    for col, value in zip(range(left, right + 1), found, strict=True):
+        typed = typed_value(value)
+        if typed is None:
+            pieces.append(f'<c r="{_letters(col)}{row}"{style}/>')
+            continue
+        kind, text = typed
+        kind = "" if kind == "n" else f' t="{kind}"'
+        pieces.append(f'<c r="{_letters(col)}{row}"{style}{kind}><v>{text}</v></c>')
+    return "".join(pieces)
+
+
+def _region_pieces(region: FormulaRegion, style_id: int, row: int, own: list[int],
+                   sheet: str, values: CellValues | None) -> list[tuple[int, str]]:
+    """(first column, text) of each run of a region's row between the cells the sheet
+    holds there (`own`, its row's columns in order)."""
+    pieces, start = [], region.left
+    for col in [c for c in own if region.left <= c <= region.right] + [region.right + 1]:
+        if col > start:
+            pieces.append((start, _region_run(sheet, row, start, col - 1, style_id, values)))
+        start = col + 1
+    return pieces
+
+
+def _merged_row(row: int, attrs: str, body: str, placed, sheet: str = "",
+                values: CellValues | None = None) -> str:
+    """A row's own cells and the blocks' and regions' cells of that row, in column order."""
     pieces = [(_column_number(m.group(1)), m.group(0)) for m in _ROW_CELL.finditer(body)]
-    pieces += [(block.left, _block_row(block, style_id, row - block.top))
-               for block, style_id in placed if block.top <= row <= block.bottom]
+    own = [col for col, _ in pieces]
+    for block, style_id in placed:
+        if block.top <= row <= block.bottom:
+            if isinstance(block, FormulaRegion):
+                pieces += _region_pieces(block, style_id, row, own, sheet, values)
+            else:
+                pieces.append((block.left, _block_row(block, style_id, row - block.top)))
     pieces.sort(key=lambda piece: piece[0])
     return f'<row r="{row}"{attrs}>' + "".join(text for _, text in pieces) + "</row>"
 
 
-def _spliced_rows(sheet_data: str, placed) -> Iterator[str]:
-    """The rows of `sheet_data` with every block's cells put in, rows added where the sheet
-    has none."""
+def _spliced_rows(sheet_data: str, placed, sheet: str = "",
+                  values: CellValues | None = None) -> Iterator[str]:
+    """The rows of `sheet_data` with every block's and region's cells put in, rows added
+    where the sheet has none (`sheet`: its upper-cased title, as `values` keys it)."""
     block_rows = sorted({row for block, _ in placed for row in range(block.top, block.bottom + 1)})
     k = 0
     for match in _ROW.finditer(sheet_data):
         row = int(match.group(1))
         while k < len(block_rows) and block_rows[k] < row:
-            yield _merged_row(block_rows[k], "", "", placed)
+            yield _merged_row(block_rows[k], "", "", placed, sheet, values)
             k += 1
         if k < len(block_rows) and block_rows[k] == row:
-            yield _merged_row(row, match.group(2), match.group(3) or "", placed)
+            yield _merged_row(row, match.group(2), match.group(3) or "", placed, sheet, values)
             k += 1
         else:
             yield match.group(0)
     for row in block_rows[k:]:
-        yield _merged_row(row, "", "", placed)
+        yield _merged_row(row, "", "", placed, sheet, values)
 
 
 def _dimension(xml_head: str, placed) -> str:
@@ -139,29 +202,91 @@ def _dimension(xml_head: str, placed) -> str:
             + xml_head[match.end():])
 
 
-def splice_constant_blocks(source: Path, target: Path, placed: PlacedBlocks) -> None:
-    """Copy the workbook `source` (as openpyxl saved it) to `target` with every placed
-    block's cells in its sheet's XML, each large sheet written as a stream of rows."""
+# zlib's fastest level: a sheet of numbers packs about as well (the text of doubles is
+# mostly digits), in a third of the time
+COMPRESS_LEVEL = 1
+_PIECE_BYTES = 1 << 20  # text handed to the compressing thread at a time
+
+
+def finish_workbook(source: Path, target: Path, placed: PlacedBlocks,
+                    values: CellValues | None = None) -> None:
+    """Copy the workbook `source` (as openpyxl saved it, parts stored uncompressed) to
+    `target` in one pass: every formula cell's value stored beside it (`values`, see
+    `store_values`), every placed block's cells in its sheet's XML, each sheet written as a
+    stream of rows and compressed while the next rows are made."""
     with zipfile.ZipFile(source) as book, \
-            zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+            zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED,
+                            compresslevel=COMPRESS_LEVEL) as out:
         parts = {part: title for title, part in sheet_parts(book).items()}
         for info in book.infolist():
             data = book.read(info.filename)
             title = parts.get(info.filename)
-            if title not in placed:
-                out.writestr(info, data)
+            if title is None:
+                out.writestr(info.filename, data)
                 continue
             xml = data.decode("utf-8")
-            match = _SHEET_DATA.search(xml)
-            entry = zipfile.ZipInfo(info.filename, info.date_time)
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            with out.open(entry, "w") as stream:
-                stream.write(_dimension(xml[:match.start()], placed[title]).encode("utf-8"))
-                stream.write(b"<sheetData>")
-                for row in _spliced_rows(match.group(1) or "", placed[title]):
-                    stream.write(row.encode("utf-8"))
-                stream.write(b"</sheetData>")
-                stream.write(xml[match.end():].encode("utf-8"))
+            del data
+            if values is not None:
+                xml = rewrite_sheet(xml, title, values)
+            with out.open(info.filename, "w", force_zip64=True) as stream, \
+                    _compressing_beside(stream) as write:
+                for piece in _sheet_pieces(xml, placed.get(title, []), title.upper(),
+                                           values):
+                    write(piece)
+
+
+def _sheet_pieces(xml: str, placed, sheet: str, values: CellValues | None) -> Iterator[str]:
+    """The sheet's XML with the placed blocks' and regions' cells in its rows, in pieces."""
+    if not placed:
+        yield xml
+        return
+    match = _SHEET_DATA.search(xml)
+    yield _dimension(xml[:match.start()], placed)
+    yield "<sheetData>"
+    yield from _spliced_rows(match.group(1) or "", placed, sheet, values)
+    yield "</sheetData>"
+    yield xml[match.end():]
+
+
+@contextlib.contextmanager
+def _compressing_beside(stream) -> Iterator:
+    """A `write(text)` that gathers text into pieces of about a megabyte, and a thread that
+    encodes nothing but writes (compresses) them into `stream`: zlib lets go of Python's
+    lock while it compresses, so the next rows are made meanwhile, on the other core."""
+    pieces: queue.Queue = queue.Queue(maxsize=4)
+    failed: list[BaseException] = []
+
+    def drain() -> None:
+        while (piece := pieces.get()) is not None:
+            if not failed:
+                try:
+                    stream.write(piece)
+                except BaseException as error:  # a full disk: said once the text is made
+                    failed.append(error)
+
+    writer = threading.Thread(target=drain, name="attnsheets-compress", daemon=True)
+    writer.start()
+    gathered: list[str] = []
+    size = 0
+
+    def write(text: str) -> None:
+        nonlocal size
+        gathered.append(text)
+        size += len(text)
+        if size >= _PIECE_BYTES:
+            pieces.put("".join(gathered).encode("utf-8"))
+            gathered.clear()
+            size = 0
+
+    try:
+        yield write
+        if gathered:
+            pieces.put("".join(gathered).encode("utf-8"))
+    finally:
+        pieces.put(None)
+        writer.join()
+    if failed:
+        raise failed[0]
 
 
 # -- reading ------------------------------------------------------------------------------

@@ -300,7 +300,8 @@ def evaluate_with_formulas(path: Path, wb: Workbook | None = None) -> CellValues
     """Every formula cell's value (and the constants the engine read, except input blocks).
     `wb` is the workbook already loaded from `path`, if the caller has it. Only the part of
     each sheet the defined names cover is read (`model_dict`, bounded)."""
-    return FormulasModel(path if wb is None else wb, Path(path).name, bounded=True).evaluate()
+    return FormulasModel(path if wb is None else wb, Path(path).name,
+                         bounded=True).evaluate(input_blocks=False)
 
 
 class FormulasModel:
@@ -393,8 +394,12 @@ class FormulasModel:
                                     f"formula the engine can read") from None
             raise
 
-    def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
-        """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""
+    def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None,
+                 input_blocks: bool = True) -> CellValues:
+        """Cell values, with constant cells (sheet, row, col) replaced by `inputs`. Without
+        `input_blocks`, the cells of the input blocks (each a range node, read back from
+        the file as it is) are left out: a model's millions of weights, which no formula's
+        value and no comparison needs from here."""
         overrides: dict[str, Any] = {}
         blocks: dict[str, list[list]] = {}
         for (sheet, row, col), value in (inputs or {}).items():
@@ -411,7 +416,7 @@ class FormulasModel:
         with _quiet_numpy(), _heap_frozen(), formulas_changes():
             solution = self._calculate(overrides)
         values = _solution_values(solution, set(self._blocks), self._sheet_titles)
-        for name, rows in self._blocks.items():  # the input blocks, as given
+        for name, rows in self._blocks.items() if input_blocks else ():  # as given
             sheet, _, ref = name[len(self._book) + 3:].rpartition("'!")
             sheet = self._sheet_titles.get(sheet, sheet)
             top, left, _, _ = parse_range(ref)
