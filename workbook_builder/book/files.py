@@ -20,8 +20,8 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.reading import check_zip_directory, check_zip_parts, regular_file
 from workbook_builder.book.sheet_xml import (
-    load_with_constant_blocks,
     finish_workbook,
+    load_with_constant_blocks,
     place_constant_blocks,
 )
 from workbook_builder.book.workbook import ABOUT, BookSpec, build_workbook

@@ -211,7 +211,7 @@ def _save_stored(wb, path) -> None:
     if wb.write_only and not wb.worksheets:
         wb.create_sheet()
     archive = zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True)
-    wb.properties.modified = datetime.datetime.now(tz=datetime.timezone.utc).replace(
+    wb.properties.modified = datetime.datetime.now(tz=datetime.UTC).replace(
         tzinfo=None)
     ExcelWriter(wb, archive).save()
 
