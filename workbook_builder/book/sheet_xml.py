@@ -298,57 +298,128 @@ _NAMED_RANGE = re.compile(r"^(?:'((?:[^']|'')+)'|([^'!]+))!\$?([A-Z]{1,3})\$?(\d
 _PLAIN_CELL = re.compile(r'<c r="([A-Z]+\d+)"(?: s="(\d+)")?(?: t="n")?><v>([^<]*)</v></c>')
 
 
+_VALUE = re.compile(rb"<v>([^<]*)</v>")
+_PLAIN_CELL_BYTES = re.compile(rb'<c r="([A-Z]+\d+)"(?: s="(\d+)")?(?: t="n")?><v>([^<]*)</v></c>')
+
+
+@functools.lru_cache(maxsize=256)
+def _skeleton(left: int, right: int, style: bytes, typed: bool) -> str:
+    """A row of plain number cells without their <v> elements, {0} for the row number:
+    '<c r="C{0}" s="3" t="n"></c><c r="D{0}" …'."""
+    attrs = (f' s="{style.decode()}"' if style else "") + (' t="n"' if typed else "")
+    return "".join(f'<c r="{_letters(col)}{{0}}"{attrs}></c>' for col in range(left, right + 1))
+
+
+def _span(xml: bytes, first: bytes, last: bytes, body_start: int, body_end: int,
+          closed: bool = True) -> tuple[int, int] | None:
+    """Where the cells `first` to `last` (b'C10', b'F10') are in a row's XML, the first's
+    start to the last's end; None when either is missing. `closed`: the last cell is
+    <c …>…</c> (else it may be <c …/>)."""
+    start = xml.find(b'<c r="' + first + b'"', body_start, body_end)
+    if start < 0:
+        return None
+    last_at = xml.find(b'<c r="' + last + b'"', start, body_end)
+    if last_at < 0:
+        return None
+    end = xml.find(b">", last_at, body_end) + 1
+    if end <= 0:
+        return None
+    if not closed and xml[end - 2] == 47:  # b"/": <c …/>
+        return start, end
+    end = xml.find(b"</c>", end - 1, body_end) + 4
+    return (start, end) if end >= 4 else None
+
+
 class _Candidate:
-    """A named rectangle that may be read as an array block; its rows as they are found."""
+    """A named rectangle that may be read as an array block, its numbers filled in row by
+    row as the sheet's XML streams past."""
 
     def __init__(self, sheet: str, top: int, left: int, bottom: int, right: int):
         self.sheet, self.top, self.left, self.bottom, self.right = sheet, top, left, bottom, right
-        self.refs = [_letters(c) for c in range(left, right + 1)]
-        self.values: list[np.ndarray] = []
-        self.integers: list[np.ndarray] = []
-        self.spans: list[tuple[int, int]] = []  # where its cells are in the sheet's XML
-        self.style: str | None = None
+        self.first, self.last = _letters(left).encode(), _letters(right).encode()
+        self.values: np.ndarray | None = None  # made at its first row
+        self.integers: np.ndarray | None = None
+        self.rows_read = 0
+        self.style: bytes | None = None
         self.plain = True
+        self.removed = False  # rows of it already left out of the XML openpyxl loads
+
+    @property
+    def key(self) -> tuple:
+        return self.sheet, self.top, self.left, self.bottom, self.right
+
+    @property
+    def complete(self) -> bool:
+        return self.plain and self.rows_read == self.bottom - self.top + 1
 
     def overlaps(self, other: "_Candidate") -> bool:
         return self.sheet == other.sheet and not (
             self.bottom < other.top or other.bottom < self.top or
             self.right < other.left or other.right < self.left)
 
-    def take_row(self, row: int, xml: str, body_start: int, body_end: int) -> None:
-        """Read this rectangle's part of one row, the XML between `body_start` and
-        `body_end`."""
-        start = xml.find(f'<c r="{self.refs[0]}{row}"', body_start, body_end)
-        last = xml.find(f'<c r="{self.refs[-1]}{row}"', max(start, body_start), body_end)
-        end = xml.find("</c>", last, body_end) + 4 if last >= 0 else -1
-        # every <c> of the span a plain number: as many plain matches as cells
-        cells = _PLAIN_CELL.findall(xml, start, end) if start >= 0 and end >= 4 else []
-        if len(cells) != len(self.refs) or xml.count("<c ", start, end) != len(cells):
+    def take_row(self, row: int, xml: bytes, body_start: int, body_end: int
+                 ) -> tuple[int, int] | None:
+        """Read this rectangle's part of one row (the XML between `body_start` and
+        `body_end`); where its cells are, when every one is a plain number of the block's
+        style, in order (else None, and the block is left to openpyxl)."""
+        suffix = str(row).encode()
+        span = _span(xml, self.first + suffix, self.last + suffix, body_start, body_end) \
+            if row == self.top + self.rows_read else None
+        texts = self._numbers(row, xml, span) if span is not None else None
+        if texts is None:
             self.plain = False
-            return
-        suffix = str(row)
-        style = cells[0][1] if self.style is None else self.style
-        texts = [text for _, _, text in cells]
-        if [ref for ref, _, _ in cells] != [letters + suffix for letters in self.refs] or \
-                any(own != style for _, own, _ in cells):
-            self.plain = False
-            return
-        self.style = style
+            return None
+        cols = self.right - self.left + 1
         try:
-            values = np.fromiter(map(float, texts), float, len(texts))
+            values = np.fromiter(map(float, texts), np.float64, len(texts))
         except ValueError:
+            values = None
+        if values is None or values.shape != (cols,) or not np.isfinite(values).all():
             self.plain = False
-            return
-        if not np.isfinite(values).all():
-            self.plain = False
-            return
+            return None
+        if self.values is None:
+            self.values = np.empty((self.bottom - self.top + 1, cols))
+            self.integers = np.zeros(self.values.shape, bool)
         # as openpyxl reads a number: an int unless it has a point or an exponent
         integers = whole_numbers(values)
         for k in np.flatnonzero(integers).tolist():
-            integers[k] = not any(ch in texts[k] for ch in ".eE")
-        self.integers.append(integers)
-        self.values.append(values)
-        self.spans.append((start, end))
+            integers[k] = not any(ch in texts[k] for ch in b".eE")
+        self.values[self.rows_read] = values
+        self.integers[self.rows_read] = integers
+        self.rows_read += 1
+        return span
+
+    def _numbers(self, row: int, xml: bytes, span: tuple[int, int]) -> list[bytes] | None:
+        """The text of each cell's number, when the span holds exactly the rectangle's
+        cells of one row, each a plain number of the block's one style: the span without
+        its values must be the row's skeleton (one comparison, not a match per cell)."""
+        start, end = span
+        first = _PLAIN_CELL_BYTES.match(xml, start, end)
+        if first is None:
+            return None
+        style = first.group(2) or b""
+        if self.style is not None and style != self.style:
+            return None
+        typed = b' t="n">' in xml[start:first.start(3)]
+        parts = _VALUE.split(xml[start:end])
+        expected = _skeleton(self.left, self.right, style, typed).format(row).encode()
+        if b"".join(parts[0::2]) != expected:
+            return self._numbers_one_by_one(row, xml, span, style)
+        self.style = style
+        return parts[1::2]
+
+    def _numbers_one_by_one(self, row: int, xml: bytes, span: tuple[int, int],
+                            style: bytes) -> list[bytes] | None:
+        """`_numbers` for a row whose cells are plain numbers written in more than one way
+        (some with t="n", some without): a match per cell."""
+        start, end = span
+        cells = _PLAIN_CELL_BYTES.findall(xml, start, end)
+        refs = [(_letters(col) + str(row)).encode() for col in range(self.left, self.right + 1)]
+        if xml.count(b"<c ", start, end) != len(cells) or \
+                [ref for ref, _, _ in cells] != refs or any(own != style for _, own, _ in cells):
+            return None
+        self.style = style
+        return [text for _, _, text in cells]
 
 
 def _candidates(book: zipfile.ZipFile) -> list[_Candidate]:
@@ -371,10 +442,10 @@ def _candidates(book: zipfile.ZipFile) -> list[_Candidate]:
 
 
 # an array formula's first cell, and a cell holding only a value (or nothing)
-_ARRAY_FORMULA = re.compile(r'<c r="([A-Z]{1,3})(\d+)"[^>]*><f t="array" ref="\$?([A-Z]{1,3})'
-                            r'\$?(\d+):\$?([A-Z]{1,3})\$?(\d+)"')
-_VALUE_CELL = re.compile(r'<c r="([A-Z]{1,3}\d+)"(?: s="\d+")?(?: t="\w+")?'
-                         r'(?:/>|><v>[^<]*</v></c>)')
+_ARRAY_FORMULA = re.compile(rb'<c r="([A-Z]{1,3})(\d+)"[^>]*><f t="array" ref="\$?([A-Z]{1,3})'
+                            rb'\$?(\d+):\$?([A-Z]{1,3})\$?(\d+)"')
+_VALUE_CELL = re.compile(rb'<c r="([A-Z]{1,3}\d+)"(?: s="\d+")?(?: t="\w+")?'
+                         rb'(?:/>|><v>[^<]*</v></c>)')
 
 
 class _ArrayMembers:
@@ -388,34 +459,38 @@ class _ArrayMembers:
 
     def __init__(self, top: int, left: int, bottom: int, right: int):
         self.top, self.left, self.bottom, self.right = top, left, bottom, right
-        self.letters = [_letters(col) for col in range(left, right + 1)]
-        self.spans: list[tuple[int, int]] = []
+        self.letters = [_letters(col).encode() for col in range(left, right + 1)]
 
-    def take_row(self, row: int, xml: str, body_start: int, body_end: int) -> None:
+    def take_row(self, row: int, xml: bytes, body_start: int, body_end: int
+                 ) -> tuple[int, int] | None:
         # the top row without the formula's own cell
         letters = self.letters[1:] if row == self.top else self.letters
         if not letters:
-            return
-        suffix = str(row)
-        refs = [column + suffix for column in letters]
-        start = xml.find(f'<c r="{refs[0]}"', body_start, body_end)
-        last = xml.find(f'<c r="{refs[-1]}"', max(start, body_start), body_end)
-        end = xml.find(">", last, body_end) + 1 if last >= 0 else -1
-        if start < 0 or end <= 0:
-            return
-        if xml[end - 2] != "/":  # <c …>…</c>, not <c …/>
-            end = xml.find("</c>", end, body_end) + 4
-            if end < 4:
-                return
-        if xml.count("<c ", start, end) == len(refs) and \
-                _VALUE_CELL.findall(xml, start, end) == refs:
-            self.spans.append((start, end))
+            return None
+        suffix = str(row).encode()
+        span = _span(xml, letters[0] + suffix, letters[-1] + suffix, body_start, body_end,
+                     closed=False)
+        if span is None:
+            return None
+        start, end = span
+        if xml.count(b"<c ", start, end) == len(letters) and \
+                _VALUE_CELL.findall(xml, start, end) == [c + suffix for c in letters]:
+            return span
+        return None
 
 
-def _array_members(xml: str) -> list[_ArrayMembers]:
+def _array_members_in(xml: bytes, body_start: int, body_end: int) -> list[_ArrayMembers]:
+    """The array formulas whose first cell is in this row's XML (found by a C-speed search
+    for their <f t="array">, not a match at every cell)."""
     found = []
-    for match in _ARRAY_FORMULA.finditer(xml):
-        col, row, left, top, right, bottom = match.groups()
+    position = body_start
+    while (at := xml.find(b'<f t="array" ref="', position, body_end)) >= 0:
+        position = at + 1
+        cell = xml.rfind(b'<c r="', body_start, at)
+        match = _ARRAY_FORMULA.match(xml, cell) if cell >= 0 else None
+        if match is None or match.end() > body_end:
+            continue
+        col, row, left, top, right, bottom = (g.decode() for g in match.groups())
         members = _ArrayMembers(int(top), _column_number(left), int(bottom),
                                 _column_number(right))
         if (int(row), _column_number(col)) == (members.top, members.left) and \
@@ -428,46 +503,108 @@ def _array_members(xml: str) -> list[_ArrayMembers]:
 # (openpyxl makes and styles a cell for each cell they cover; nothing checked is merged)
 # and text written inline (openpyxl makes a rich-text object of each; a plain one reads as
 # the same string cell from a <v>)
-_MERGE_CELLS = re.compile(r"<mergeCells\b[^>]*?(?:/>|>.*?</mergeCells>)", re.S)
-_PLAIN_INLINE_TEXT = re.compile(r'(<c r="[A-Z]{1,3}\d+"(?: s="\d+")?) t="inlineStr">'
-                                r'<is><t(?: xml:space="preserve")?>([^<]+)</t></is></c>')
+_MERGE_CELLS = re.compile(rb"<mergeCells\b[^>]*?(?:/>|>.*?</mergeCells>)", re.S)
+_PLAIN_INLINE_TEXT = re.compile(rb'(<c r="[A-Z]{1,3}\d+"(?: s="\d+")?) t="inlineStr">'
+                                rb'<is><t(?: xml:space="preserve")?>([^<]+)</t></is></c>')
+_READ_BYTES = 1 << 22  # of a sheet's XML at a time
 
 
-def _read_sheet(xml: str, candidates: list[_Candidate], array_results: bool = False) -> str:
-    """The sheet's XML without the cells of its candidates that are plain numbers (each
-    candidate's rows are read on the way), without its array formulas' stored results
-    (`_ArrayMembers`; kept with `array_results`) and its merged ranges, and with plain
-    inline text as string values."""
+def _chunks_beside(stream) -> Iterator[bytes]:
+    """The stream's bytes in chunks, read (decompressed) by a thread of its own while the
+    chunks before are parsed: zlib lets go of Python's lock while it decompresses."""
+    chunks: queue.Queue = queue.Queue(maxsize=4)
+    stop = threading.Event()
+
+    def fill() -> None:
+        try:
+            while not stop.is_set():
+                chunk = stream.read(_READ_BYTES)
+                chunks.put(chunk)
+                if not chunk:
+                    return
+        except BaseException as error:  # a damaged zip: raised where the chunk is wanted
+            chunks.put(error)
+
+    reader = threading.Thread(target=fill, name="attnsheets-unpack", daemon=True)
+    reader.start()
+    try:
+        while True:
+            chunk = chunks.get()
+            if isinstance(chunk, BaseException):
+                raise chunk
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        stop.set()
+        while reader.is_alive():  # let a filler waiting on a full queue finish
+            with contextlib.suppress(queue.Empty):
+                chunks.get_nowait()
+            reader.join(0.01)
+
+
+def _read_sheet(stream, candidates: list[_Candidate], array_results: bool = False) -> bytes:
+    """The sheet's XML, read from `stream` a few megabytes at a time, without the cells of
+    its candidates that are plain numbers (each candidate's rows are read on the way),
+    without its array formulas' stored results (`_ArrayMembers`; kept with
+    `array_results`) and its merged ranges, and with plain inline text as string values.
+    No moment holds the whole sheet's text: only what openpyxl is to load."""
     by_row: dict[int, list[_Candidate | _ArrayMembers]] = {}
-    arrays = [] if array_results else _array_members(xml)
-    for candidate in [*candidates, *arrays]:
+    for candidate in candidates:
         for row in range(candidate.top, candidate.bottom + 1):
             by_row.setdefault(row, []).append(candidate)
-    position = 0
-    while (start := xml.find('<row r="', position)) >= 0:  # rows found by C-speed search
-        number_end = xml.find('"', start + 8)
-        opened = xml.find(">", number_end)
-        if xml[opened - 1] == "/":  # <row …/>: no cells
+    kept: list[bytes] = []
+    pending = b""
+    for chunk in _chunks_beside(stream):
+        piece = pending + chunk
+        cut = piece.rfind(b"</row>")
+        if cut < 0:
+            pending = piece
+            continue
+        pending = piece[cut + 6:]
+        kept.append(_read_rows(piece[:cut + 6], by_row, array_results))
+    kept.append(_read_rows(pending, by_row, array_results))
+    xml = b"".join(kept)
+    return _PLAIN_INLINE_TEXT.sub(rb'\1 t="str"><v>\2</v></c>', _MERGE_CELLS.sub(b"", xml))
+
+
+def _read_rows(xml: bytes, by_row: dict, array_results: bool) -> bytes:
+    """`_read_sheet` of a piece of the sheet's XML that ends at a row's end."""
+    kept, last, position = [], 0, 0
+    while (start := xml.find(b'<row r="', position)) >= 0:  # rows found by C-speed search
+        number_end = xml.find(b'"', start + 8)
+        opened = xml.find(b">", number_end)
+        if opened < 0:
+            break
+        if xml[opened - 1] == 47:  # <row …/>: no cells
             position = opened
             continue
-        end = xml.find("</row>", opened)
+        end = xml.find(b"</row>", opened)
         if end < 0:
             break
         position = end
         row = int(xml[start + 8:number_end])
-        for candidate in by_row.get(row, ()):
-            if candidate.plain:
-                candidate.take_row(row, xml, opened + 1, end)
-    spans = sorted([span for c in candidates
-                    if c.plain and len(c.values) == c.bottom - c.top + 1 for span in c.spans]
-                   + [span for members in arrays for span in members.spans])
-    kept, last = [], 0
-    for start, end in spans:
-        kept.append(xml[last:start])
-        last = end
+        if not array_results:
+            for members in _array_members_in(xml, opened + 1, end):
+                for r in range(members.top, members.bottom + 1):
+                    by_row.setdefault(r, []).append(members)
+        spans = []
+        for reader in by_row.pop(row, ()):
+            if reader.plain:
+                span = reader.take_row(row, xml, opened + 1, end)
+                if span is not None:
+                    spans.append((span, reader))
+        spans.sort(key=lambda found: found[0])
+        for (span_start, span_end), reader in spans:
+            if span_start < last:  # two readers claim one cell: neither is left out
+                reader.plain = False
+                continue
+            if isinstance(reader, _Candidate):
+                reader.removed = True
+            kept.append(xml[last:span_start])
+            last = span_end
     kept.append(xml[last:])
-    return _PLAIN_INLINE_TEXT.sub(r'\1 t="str"><v>\2</v></c>',
-                                  _MERGE_CELLS.sub("", "".join(kept)))
+    return b"".join(kept)
 
 
 def load_with_constant_blocks(path: Path, data_only: bool = False) -> Workbook:
@@ -479,23 +616,32 @@ def load_with_constant_blocks(path: Path, data_only: bool = False) -> Workbook:
     if not openpyxl_shortcuts():
         return load_workbook(path, data_only=data_only)
     with zipfile.ZipFile(path) as book:
-        candidates = _candidates(book)
+        found = _candidates(book)
         titles = {part: title for title, part in sheet_parts(book).items()}
         stripped = io.BytesIO()
+        read: list[_Candidate] = []
         with zipfile.ZipFile(stripped, "w", zipfile.ZIP_STORED) as out:
             for info in book.infolist():
-                data = book.read(info.filename)
-                if info.filename in titles:
-                    mine = [c for c in candidates if c.sheet == titles[info.filename]]
-                    data = _read_sheet(data.decode("utf-8"), mine,
-                                       array_results=data_only).encode("utf-8")
+                if info.filename not in titles:
+                    out.writestr(info.filename, book.read(info.filename))
+                    continue
+                mine = [c for c in found if c.sheet == titles[info.filename]]
+                while True:
+                    with book.open(info) as stream:
+                        data = _read_sheet(stream, mine, array_results=data_only)
+                    # a block found not plain after some of its rows were left out: read
+                    # the sheet again without it (a file an application changed)
+                    broken = {c.key for c in mine if c.removed and not c.complete}
+                    if not broken:
+                        break
+                    mine = [_Candidate(*c.key) for c in mine if c.key not in broken]
+                read += [c for c in mine if c.complete]
                 out.writestr(info.filename, data)
+                del data
     wb = load_workbook(stripped, data_only=data_only)
-    for candidate in candidates:
-        if not candidate.plain or len(candidate.values) != candidate.bottom - candidate.top + 1:
-            continue
+    for candidate in read:
         ws = wb[candidate.sheet]
-        add_constant_block(ws, candidate.top, candidate.left, np.vstack(candidate.values),
+        add_constant_block(ws, candidate.top, candidate.left, candidate.values,
                            cell_with_style_id(ws, int(candidate.style or 0)),
-                           np.vstack(candidate.integers))
+                           candidate.integers)
     return wb
