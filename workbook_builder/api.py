@@ -292,7 +292,8 @@ def build(kind: str, path: str | Path | None = None, *,
             raise UserError(f"this layer has {cells:,} input cells, too many for the cells "
                             f"layout (one formula per cell); build it with --layout blocks")
     labels = kind_class.labels(params, labels_given)
-    check_fits(kind_class, params, labels, exercise, max_cells, layout)
+    check_fits(kind_class, params, labels, exercise, max_cells, layout,
+               None if path is None else CONSTANT_BLOCK_CELLS)
     complete = complete_inputs(kind_class, params, given, seed)
     check_results_finite(kind_class, params, complete)
     # saved at once: large input blocks go to the file without a cell object each

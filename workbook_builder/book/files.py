@@ -25,6 +25,7 @@ from workbook_builder.book.sheet_xml import (
     place_constant_blocks,
 )
 from workbook_builder.book.workbook import ABOUT, BookSpec, build_workbook
+from workbook_builder.engines.cached_values import sheet_parts
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.internals.of_openpyxl import (
     load_workbook,
@@ -45,6 +46,7 @@ from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.limits import (
     DEFAULT_MAX_CELLS,
+    MAX_CELL_XML_BYTES,
     MAX_WORKBOOK_BYTES,
     check_fits,
     check_grid,
@@ -102,7 +104,7 @@ def write_workbook(kind: type[Kind], params, path: Path, *, seed: int = 0,
     check_writable(path, force)
     check_sizes(kind, params, max_cells)  # before anything is allocated
     labels = kind.labels(params, tokens)
-    check_fits(kind, params, labels, exercise, max_cells, layout)
+    check_fits(kind, params, labels, exercise, max_cells, layout, array_block_cells)
     inputs = complete_inputs(kind, params, given or {}, seed)
     check_results_finite(kind, params, inputs)
     wb = build_workbook(kind, params, inputs, labels, layout, lang=lang, exercise=exercise,
@@ -136,7 +138,7 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
     regular_file(path, "workbook")  # a pipe would wait forever, /dev/zero never end
     if not zipfile.is_zipfile(path):
         raise UserError(f"{path} is not an .xlsx workbook")
-    check_size(path)
+    check_size(path, array_blocks)
     try:
         wb = load_with_constant_blocks(path, data_only) if array_blocks else \
             load_workbook(path, data_only=data_only)
@@ -147,20 +149,36 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
     return wb
 
 
-def check_size(path: Path) -> None:
+def check_size(path: Path, array_blocks: bool = False) -> None:
     """Refuse, before reading it, a workbook whose parts unpack to more than
-    MAX_WORKBOOK_BYTES (a zip's directory states each part's size), or that lists more
-    parts than any workbook has (`check_zip_directory`: checked before it is parsed)."""
+    MAX_WORKBOOK_BYTES, or (without `array_blocks`, or outside its sheets, which
+    `array_blocks` reads as a stream) to more than MAX_CELL_XML_BYTES: a zip's directory
+    states each part's size. Also refused: a zip listing more parts than any workbook has
+    (`check_zip_directory`: checked before it is parsed)."""
     try:
         check_zip_directory(path)
         with zipfile.ZipFile(path) as book:
             check_zip_parts(book, path)
-            unpacked = sum(info.file_size for info in book.infolist())
-    except (OSError, zipfile.BadZipFile) as exc:
+            sizes = {info.filename: info.file_size for info in book.infolist()}
+            _refuse_unpacked(path, sum(sizes.values()), MAX_WORKBOOK_BYTES)
+            sheets = set()
+            if array_blocks:  # the parts naming the sheets' parts, read first
+                _refuse_unpacked(path, sizes.get(BOOK_PART, 0) + sizes.get(BOOK_RELS, 0),
+                                 MAX_CELL_XML_BYTES)
+                sheets = set(sheet_parts(book).values())
+            _refuse_unpacked(path, sum(size for name, size in sizes.items()
+                                       if name not in sheets), MAX_CELL_XML_BYTES)
+    except (OSError, zipfile.BadZipFile, KeyError) as exc:
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
-    if unpacked > MAX_WORKBOOK_BYTES:
-        raise UserError(f"{path} unpacks to {unpacked / 2**20:,.0f} MB, more than the "
-                        f"{MAX_WORKBOOK_BYTES // 2**20} MB attnsheets reads; it is not a "
+
+
+BOOK_PART, BOOK_RELS = "xl/workbook.xml", "xl/_rels/workbook.xml.rels"
+
+
+def _refuse_unpacked(path: Path, size: int, limit: int) -> None:
+    if size > limit:
+        raise UserError(f"{path} unpacks to {size / 2**20:,.0f} MB, more than the "
+                        f"{limit // 2**20:,} MB attnsheets reads; it is not a "
                         f"workbook attnsheets wrote")
 
 

@@ -38,6 +38,7 @@ from workbook_builder.engines.internals.of_openpyxl import (
     load_workbook,
     openpyxl_shortcuts,
 )
+from workbook_builder.errors import UserError
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
     ConstantBlock,
@@ -49,6 +50,7 @@ from workbook_builder.sheet.constants import (
     materialise,
     whole_numbers,
 )
+from workbook_builder.sheet.limits import MAX_CELL_XML_BYTES
 from workbook_builder.sheet.refs import parse_range, range_ref
 
 # -- writing ------------------------------------------------------------------------------
@@ -543,7 +545,8 @@ def _chunks_beside(stream) -> Iterator[bytes]:
             reader.join(0.01)
 
 
-def _read_sheet(stream, candidates: list[_Candidate], array_results: bool = False) -> bytes:
+def _read_sheet(stream, candidates: list[_Candidate], array_results: bool = False,
+                where: str = "the workbook") -> bytes:
     """The sheet's XML, read from `stream` a few megabytes at a time, without the cells of
     its candidates that are plain numbers (each candidate's rows are read on the way),
     without its array formulas' stored results (`_ArrayMembers`; kept with
@@ -554,6 +557,7 @@ def _read_sheet(stream, candidates: list[_Candidate], array_results: bool = Fals
         for row in range(candidate.top, candidate.bottom + 1):
             by_row.setdefault(row, []).append(candidate)
     kept: list[bytes] = []
+    kept_bytes = 0
     pending = b""
     for chunk in _chunks_beside(stream):
         piece = pending + chunk
@@ -563,6 +567,12 @@ def _read_sheet(stream, candidates: list[_Candidate], array_results: bool = Fals
             continue
         pending = piece[cut + 6:]
         kept.append(_read_rows(piece[:cut + 6], by_row, array_results))
+        kept_bytes += len(kept[-1])
+        if kept_bytes > MAX_CELL_XML_BYTES:
+            raise UserError(f"{where}: more than {MAX_CELL_XML_BYTES // 2**20:,} MB of its "
+                            f"XML is cells other than blocks of plain numbers, more than "
+                            f"attnsheets reads cell by cell; it is not a workbook "
+                            f"attnsheets wrote")
     kept.append(_read_rows(pending, by_row, array_results))
     xml = b"".join(kept)
     return _PLAIN_INLINE_TEXT.sub(rb'\1 t="str"><v>\2</v></c>', _MERGE_CELLS.sub(b"", xml))
@@ -628,7 +638,8 @@ def load_with_constant_blocks(path: Path, data_only: bool = False) -> Workbook:
                 mine = [c for c in found if c.sheet == titles[info.filename]]
                 while True:
                     with book.open(info) as stream:
-                        data = _read_sheet(stream, mine, array_results=data_only)
+                        data = _read_sheet(stream, mine, data_only,
+                                           f"{path}: sheet {titles[info.filename]!r}")
                     # a block found not plain after some of its rows were left out: read
                     # the sheet again without it (a file an application changed)
                     broken = {c.key for c in mine if c.removed and not c.complete}
