@@ -113,6 +113,7 @@ class SheetPlacement:
     right: int
     cells: int  # data cells of the inputs and steps (and of a hand product's copies)
     next_row: int  # the first row free under the last band
+    array_cells: int = 0  # of the input blocks held as arrays (not among `cells`)
 
     @property
     def header_rows(self) -> int:
@@ -250,7 +251,8 @@ class _Placer:
 
     def result(self) -> SheetPlacement:
         return SheetPlacement(tuple(self.placed), tuple(self.units), self.compact,
-                              self.bottom, self.right, self.cells, self.row)
+                              self.bottom, self.right, self.cells, self.row,
+                              self.array_cells)
 
     # -- sections, bands, lines -------------------------------------------------------------
     def place(self, sections: Iterable[Section]) -> None:
