@@ -296,12 +296,14 @@ def _destinations(defined) -> list[tuple[str, str]]:
         return []
 
 
-def evaluate_with_formulas(path: Path, wb: Workbook | None = None) -> CellValues:
-    """Every formula cell's value (and the constants the engine read, except input blocks).
-    `wb` is the workbook already loaded from `path`, if the caller has it. Only the part of
-    each sheet the defined names cover is read (`model_dict`, bounded)."""
+def evaluate_with_formulas(path: Path, wb: Workbook | None = None,
+                           input_blocks: bool = True) -> CellValues:
+    """Every formula cell's value and the constants the engine read (the input blocks'
+    cells only with `input_blocks`). `wb` is the workbook already loaded from `path`, if the
+    caller has it. Only the part of each sheet the defined names cover is read
+    (`model_dict`, bounded)."""
     return FormulasModel(path if wb is None else wb, Path(path).name,
-                         bounded=True).evaluate(input_blocks=False)
+                         bounded=True).evaluate(input_blocks=input_blocks)
 
 
 class FormulasModel:
