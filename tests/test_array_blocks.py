@@ -42,7 +42,7 @@ def _written(tmp_path: Path, kind_name: str, case: dict, layout: str, array_cell
     kind = KINDS[kind_name]
     path = tmp_path / name
     write_book(kind, make_params(kind, case), path, seed=3, layout=layout, force=True,
-                   array_block_cells=array_cells)
+               array_block_cells=array_cells)
     return path
 
 
@@ -136,7 +136,7 @@ def test_whole_numbers_read_back_as_integers_both_ways(tmp_path, monkeypatch):
     given = {"X": np.array([[1.0, -2.0], [0.5, 3.0], [4.0, 1e17]])}
     path = tmp_path / "w.xlsx"
     write_book(kind, make_params(kind, FIRST_CASES["attention"]), path, given=given,
-                   array_block_cells=1)
+               array_block_cells=1)
     fast, general, _ = _values_read_both_ways(path, monkeypatch)
     assert _same_typed(fast, general) == []
     where = find_name(open_workbook(path), "X", path)
@@ -321,3 +321,55 @@ def test_check_reads_every_text_and_value_as_openpyxl_does(tmp_path, layout, lan
     assert _read_values(read) == _read_values(general)
     assert {v for v, t in _read_values(read).values() if t == "s"} >= set(tokens)
     assert check_workbook(path).passed
+
+
+def test_a_blocks_workbook_with_formula_regions_is_the_workbook_of_cells(tmp_path):
+    # the array formulas' other cells written without cell objects, as openpyxl wrote them
+    case = {"seq_len": 6, "d_model": 8, "d_k": 4}
+    plain = _written(tmp_path, "attention", case, "blocks", None, "plain.xlsx")
+    arrays = _written(tmp_path, "attention", case, "blocks", 1, "arrays.xlsx")
+    assert _as_read(arrays) == _as_read(plain)
+    with zipfile.ZipFile(plain) as a, zipfile.ZipFile(arrays) as b:
+        sheet = "xl/worksheets/sheet2.xml"  # the kind's sheet, after About
+        assert b.read(sheet) == a.read(sheet)
+    assert check_workbook(arrays).passed
+
+
+def test_a_sheet_read_in_small_pieces_reads_the_same(tmp_path, monkeypatch):
+    # every row boundary falls across a piece of the stream somewhere
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", 1, "m.xlsx")
+    whole, _, arrays = _values_read_both_ways(path, monkeypatch)
+    monkeypatch.setattr(sheet_xml, "_READ_BYTES", 997)
+    pieces, general, again = _values_read_both_ways(path, monkeypatch)
+    assert again == arrays > 0
+    assert _same_typed(pieces, whole) == [] and _same_typed(pieces, general) == []
+
+
+def test_a_block_broken_in_its_last_row_is_read_again_by_openpyxl(tmp_path, monkeypatch):
+    # its first rows were already left out of the XML openpyxl loads when the last row
+    # turns out to hold text: the sheet is read again, the block left to openpyxl
+    kind = KINDS["attention"]
+    params = make_params(kind, {"seq_len": 6, "d_model": 4, "d_k": 2})
+    path = tmp_path / "a.xlsx"
+    write_book(kind, params, path, array_block_cells=1)
+    wb = openpyxl.load_workbook(path)
+    where = find_name(wb, "X", path)
+    wb[where.sheet].cell(where.bottom, where.right).value = "abc"
+    wb.save(path)
+    monkeypatch.setattr(sheet_xml, "CONSTANT_BLOCK_CELLS", 1)
+    loaded = open_workbook(path, array_blocks=True)
+    shapes = [b.values.shape for ws in loaded.worksheets for b in constant_blocks(ws)]
+    assert (6, 4) not in shapes and shapes  # the other blocks are still arrays
+    assert loaded[where.sheet].cell(where.top, where.left).value == \
+        wb[where.sheet].cell(where.top, where.left).value
+    fast, general, _ = _values_read_both_ways(path, monkeypatch)
+    assert _same_typed(fast, general) == []
+
+
+def test_a_sheet_holding_too_much_besides_its_blocks_is_refused_in_one_line(tmp_path,
+                                                                          monkeypatch):
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", 1, "m.xlsx")
+    monkeypatch.setattr(sheet_xml, "MAX_CELL_XML_BYTES", 1000)
+    monkeypatch.setattr(sheet_xml, "_READ_BYTES", 2000)
+    with pytest.raises(api.AttnsheetsError, match="more than 0 MB of its XML is cells other"):
+        open_workbook(path, array_blocks=True)

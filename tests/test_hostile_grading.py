@@ -561,13 +561,13 @@ def test_a_save_without_force_never_replaces_a_file_written_meanwhile(tmp_path):
 def test_two_concurrent_builds_to_one_path_exactly_one_succeeds(tmp_path, monkeypatch):
     path = tmp_path / "b.xlsx"
     both_checked = threading.Barrier(2, timeout=60)
-    real = files.store_values
+    real = files.finish_workbook
 
     def after_both_checked(*args):
         both_checked.wait()  # both have passed the check at the start
         return real(*args)
 
-    monkeypatch.setattr(files, "store_values", after_both_checked)
+    monkeypatch.setattr(files, "finish_workbook", after_both_checked)
     outcomes = []
 
     def build(seed):

@@ -5,15 +5,13 @@ of a new process."""
 
 import json
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import openpyxl
 import pytest
 from helpers.books import ATTENTION, KINDS, build, exercise_book, fill
-from helpers.cli import PEAK_MEMORY_PROBE, cli, one_line_error
+from helpers.cli import cli, one_line_error, peak_memory
 from helpers.requires import requires_libreoffice
 from openpyxl.worksheet.formula import ArrayFormula
 
@@ -27,17 +25,6 @@ pytestmark = pytest.mark.slow  # limits: large grids, files and formulas refused
 # above a small workbook's (~60–90 MB) and far below what reading a million rows costs
 MEMORY_BOUND_MB = 400
 OVERSIZED_BUILD_BOUND_MB = 200
-
-
-def peak_memory(*args) -> tuple[subprocess.CompletedProcess, float]:
-    """Run the CLI in a child of a fresh Python and return it with the child's peak
-    resident memory in MB (ru_maxrss of the waited-for children, in KB on Linux)."""
-    done = subprocess.run([sys.executable, "-c", PEAK_MEMORY_PROBE, sys.executable, "-m",
-                           "workbook_builder", *map(str, args)],
-                          capture_output=True, text=True, timeout=600)
-    *stderr, peak_kb = done.stderr.strip().splitlines()
-    done.stderr = "\n".join(stderr) + ("\n" if stderr else "")
-    return done, int(peak_kb) / 1024
 
 
 # -- the grid, cells and labels, refused before any work --------------------------------------

@@ -40,6 +40,17 @@ PEAK_MEMORY_PROBE = (
     "sys.exit(done.returncode)")
 
 
+def peak_memory(*args) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the CLI in a child of a fresh Python and return it with the child's peak
+    resident memory in MB (ru_maxrss of the waited-for children, in KB on Linux)."""
+    done = subprocess.run([sys.executable, "-c", PEAK_MEMORY_PROBE, sys.executable, "-m",
+                           "workbook_builder", *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+    *stderr, peak_kb = done.stderr.strip().splitlines()
+    done.stderr = "\n".join(stderr) + ("\n" if stderr else "")
+    return done, int(peak_kb) / 1024
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: a new process, text output."""
     return subprocess.run([sys.executable, "-m", "workbook_builder", *map(str, args)],

@@ -19,12 +19,12 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.book.reading import check_zip_directory, check_zip_parts, regular_file
 from workbook_builder.book.sheet_xml import (
+    finish_workbook,
     load_with_constant_blocks,
     place_constant_blocks,
-    splice_constant_blocks,
 )
 from workbook_builder.book.workbook import ABOUT, BookSpec, book_spec, build_workbook
-from workbook_builder.engines.cached_values import store_values
+from workbook_builder.engines.cached_values import sheet_parts
 from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.engines.libreoffice import (
     CJK_FONT_HINT,
@@ -38,6 +38,7 @@ from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.limits import (
+    MAX_CELL_XML_BYTES,
     MAX_WORKBOOK_BYTES,
     check_grid,
     check_names,
@@ -125,7 +126,7 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
     regular_file(path, "workbook")  # a pipe would wait forever, /dev/zero never end
     if not zipfile.is_zipfile(path):
         raise UserError(f"{path} is not an .xlsx workbook")
-    check_size(path)
+    check_size(path, array_blocks)
     try:
         wb = load_with_constant_blocks(path, data_only) if array_blocks else \
             load_workbook(path, data_only=data_only)
@@ -136,20 +137,36 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
     return wb
 
 
-def check_size(path: Path) -> None:
+def check_size(path: Path, array_blocks: bool = False) -> None:
     """Refuse, before reading it, a workbook whose parts unpack to more than
-    MAX_WORKBOOK_BYTES (a zip's directory states each part's size), or that lists more
-    parts than any workbook has (`check_zip_directory`: checked before it is parsed)."""
+    MAX_WORKBOOK_BYTES, or (without `array_blocks`, or outside its sheets, which
+    `array_blocks` reads as a stream) to more than MAX_CELL_XML_BYTES: a zip's directory
+    states each part's size. Also refused: a zip listing more parts than any workbook has
+    (`check_zip_directory`: checked before it is parsed)."""
     try:
         check_zip_directory(path)
         with zipfile.ZipFile(path) as book:
             check_zip_parts(book, path)
-            unpacked = sum(info.file_size for info in book.infolist())
-    except (OSError, zipfile.BadZipFile) as exc:
+            sizes = {info.filename: info.file_size for info in book.infolist()}
+            _refuse_unpacked(path, sum(sizes.values()), MAX_WORKBOOK_BYTES)
+            sheets = set()
+            if array_blocks:  # the parts naming the sheets' parts, read first
+                _refuse_unpacked(path, sizes.get(BOOK_PART, 0) + sizes.get(BOOK_RELS, 0),
+                                 MAX_CELL_XML_BYTES)
+                sheets = set(sheet_parts(book).values())
+            _refuse_unpacked(path, sum(size for name, size in sizes.items()
+                                       if name not in sheets), MAX_CELL_XML_BYTES)
+    except (OSError, zipfile.BadZipFile, KeyError) as exc:
         raise UserError(f"{path} is not a readable .xlsx workbook ({exc})") from None
-    if unpacked > MAX_WORKBOOK_BYTES:
-        raise UserError(f"{path} unpacks to {unpacked / 2**20:,.0f} MB, more than the "
-                        f"{MAX_WORKBOOK_BYTES // 2**20} MB attnsheets reads; it is not a "
+
+
+BOOK_PART, BOOK_RELS = "xl/workbook.xml", "xl/_rels/workbook.xml.rels"
+
+
+def _refuse_unpacked(path: Path, size: int, limit: int) -> None:
+    if size > limit:
+        raise UserError(f"{path} unpacks to {size / 2**20:,.0f} MB, more than the "
+                        f"{limit // 2**20:,} MB attnsheets reads; it is not a "
                         f"workbook attnsheets wrote")
 
 
@@ -184,20 +201,15 @@ def save_atomic(wb: Workbook, path: Path, with_values: bool = True,
     values are returned."""
     wb.calculation.fullCalcOnLoad = True  # spreadsheet applications recompute on open
     with writing(path), temp_beside(path, ".attnsheets-", ".xlsx") as saved, \
-            temp_beside(path, ".attnsheets-", ".xlsx") as stored, \
-            temp_beside(path, ".attnsheets-", ".xlsx") as spliced:
+            temp_beside(path, ".attnsheets-", ".xlsx") as finished:
         placed = place_constant_blocks(wb)  # before openpyxl writes the style table
-        save_workbook(wb, saved)
+        save_workbook(wb, saved, compressed=False)  # parts rewritten below, compressed once
         values = None
         if with_values:
             # the workbook in memory is what was just saved: no need to read it back
-            values = FormulasModel(wb, path.name).evaluate()
-            store_values(saved, stored, values)
-        done = stored if with_values else saved
-        if placed:  # the array blocks' cells, into the sheets openpyxl wrote without them
-            splice_constant_blocks(done, spliced, placed)
-            done = spliced
-        move_into_place(done, path, force)
+            values = FormulasModel(wb, path.name).evaluate(input_blocks=False)
+        finish_workbook(saved, finished, placed, values)
+        move_into_place(finished, path, force)
         return values
 
 

@@ -326,7 +326,9 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
     def evaluated() -> CellValues:
         if not cache:
             progress(f"evaluating {path.name} with {engine}")
-            cache.append(evaluate(path, wb))
+            # the input blocks' own cells are never compared: not copied out of the engine
+            cache.append(evaluate(path, wb, input_blocks=False)
+                         if evaluate is evaluate_with_formulas else evaluate(path, wb))
         return cache[0]
 
     placement = hold_to_layout(wb, request, path)

@@ -29,7 +29,7 @@ def add_edition_flags(parser: argparse.ArgumentParser, exercise_required: bool =
     parser.add_argument("--no-self-check", dest="self_check", action="store_false",
                         help="a bare exercise: no hidden answers, no ✓/✗, no CHECK_ names")
     parser.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, metavar="N",
-                        help=f"refuse a workbook of more than N input and formula cells "
+                        help=f"refuse a workbook of more than N formula and input cells "
                              f"(default {DEFAULT_MAX_CELLS:,}; an exercise's hidden key "
                              f"counts too)")
 

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from workbook_builder.engines.formulas_engine import CellValues
 from workbook_builder.sheet.limits import EXCEL_ROWS, extent_of
-from workbook_builder.sheet.refs import cell_ref, parse_cell, parse_range
+from workbook_builder.sheet.refs import parse_cell, parse_range
 
 _CELL = re.compile(r'<c r="([A-Z]+\d+)"([^>]*?)(?:/>|>(.*?)</c>)', re.S)
 _ARRAY_REF = re.compile(r'<f t="array" ref="([A-Z]+\d+(?::[A-Z]+\d+)?)"')
@@ -51,7 +51,7 @@ def unescape_xml(text: str) -> str:
             .replace("&apos;", "'").replace("&amp;", "&"))
 
 
-def _typed(value) -> tuple[str, str] | None:
+def typed_value(value) -> tuple[str, str] | None:
     """(t attribute, <v> text) for a value, or None when there is nothing to store."""
     if isinstance(value, bool):
         return "b", "1" if value else "0"
@@ -66,20 +66,28 @@ def _typed(value) -> tuple[str, str] | None:
     return "e", escape_xml(str(value))
 
 
-def _rewrite_sheet(xml: str, sheet: str, values: CellValues) -> str:
-    members = set()  # cells an array formula fills, as 'B16'
+def rewrite_sheet(xml: str, sheet: str, values: CellValues) -> str:
+    """A sheet's XML with each formula cell (an array formula's members included) holding
+    its value from `values`."""
+    member_rows: dict[int, list[tuple[int, int]]] = {}  # row -> an array formula's columns
     for ref in _ARRAY_REF.findall(xml):
         top, left, bottom, right = parse_range(ref)
-        members.update(cell_ref(r, c) for r in range(top, bottom + 1)
-                       for c in range(left, right + 1))
+        for row in range(top, bottom + 1):
+            member_rows.setdefault(row, []).append((left, right))
+    sheet = sheet.upper()
 
     def replace(match: re.Match) -> str:
         ref, attrs, body = match.group(1), match.group(2), match.group(3) or ""
-        if "<f" not in body and ref not in members:  # a constant: most cells of a big sheet
-            return match.group(0)
-        row, col = parse_cell(ref)
+        if "<f" not in body:  # a constant (most cells of a big sheet), or an array's member
+            if not member_rows:
+                return match.group(0)
+            row, col = parse_cell(ref)
+            if not any(left <= col <= right for left, right in member_rows.get(row, ())):
+                return match.group(0)
+        else:
+            row, col = parse_cell(ref)
         formula = re.match(r"<f[^>]*(?:/>|>.*?</f>)", body, re.S)
-        typed = _typed(values.get((sheet.upper(), row, col)))
+        typed = typed_value(values.get((sheet, row, col)))
         if typed is None:
             return match.group(0)
         kind, text = typed
@@ -128,6 +136,6 @@ def store_values(source: Path, target: Path, values: CellValues) -> None:
         for info in book.infolist():
             data = book.read(info.filename)
             if info.filename in parts:
-                data = _rewrite_sheet(data.decode("utf-8"), parts[info.filename],
+                data = rewrite_sheet(data.decode("utf-8"), parts[info.filename],
                                       values).encode("utf-8")
             out.writestr(info, data)

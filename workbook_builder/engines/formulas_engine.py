@@ -24,7 +24,7 @@ from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.engines.internals import CalculationRefused
-from workbook_builder.engines.internals.direct_calc import DirectCalculation
+from workbook_builder.engines.internals.direct_calc import ArrayRows, DirectCalculation
 from workbook_builder.engines.internals.of_formulas import (
     compiled_formulas,
     formula_shortcuts,
@@ -165,9 +165,10 @@ def model_dict(wb: Workbook, book: str, bounded: bool = False) -> dict[str, Any]
         arrays = constant_blocks(ws) if ws.title in sheets else []
         inside = positions_inside(arrays, list(sheets[ws.title])) if arrays else []
         for array, held in zip(arrays, inside, strict=True):
-            if not held:
+            if not held:  # its numbers made Python numbers only where they are read
                 entries[key(ws.title, range_ref(array.top, array.left, array.bottom,
-                                                array.right))] = array.rows()
+                                                array.right))] = \
+                    ArrayRows(array.values, array.integers)
                 continue
             for i, row in enumerate(array.rows()):  # a cell put there since: it wins
                 for j, value in enumerate(row):
@@ -296,11 +297,14 @@ def _destinations(defined) -> list[tuple[str, str]]:
         return []
 
 
-def evaluate_with_formulas(path: Path, wb: Workbook | None = None) -> CellValues:
-    """Every formula cell's value (and the constants the engine read, except input blocks).
-    `wb` is the workbook already loaded from `path`, if the caller has it. Only the part of
-    each sheet the defined names cover is read (`model_dict`, bounded)."""
-    return FormulasModel(path if wb is None else wb, Path(path).name, bounded=True).evaluate()
+def evaluate_with_formulas(path: Path, wb: Workbook | None = None,
+                           input_blocks: bool = True) -> CellValues:
+    """Every formula cell's value and the constants the engine read (the input blocks'
+    cells only with `input_blocks`). `wb` is the workbook already loaded from `path`, if the
+    caller has it. Only the part of each sheet the defined names cover is read
+    (`model_dict`, bounded)."""
+    return FormulasModel(path if wb is None else wb, Path(path).name,
+                         bounded=True).evaluate(input_blocks=input_blocks)
 
 
 class FormulasModel:
@@ -335,7 +339,7 @@ class FormulasModel:
         self._sheet_titles = {name: title for title, name in self._engine_names.items()}
         self._sheetnames = wb.sheetnames
         # input blocks: one range node each; read back from the file, not from the engine
-        self._blocks = {k: v for k, v in entries.items() if isinstance(v, list)}
+        self._blocks = {k: v for k, v in entries.items() if isinstance(v, list | ArrayRows)}
         self._entries, self._share_compiled = entries, share_compiled
         self._model = self._ordered_calc = self._direct = None
         self._use_ordered_calc = formula_shortcuts() if ordered_calc is None else ordered_calc
@@ -378,6 +382,11 @@ class FormulasModel:
         """The engine's model of the workbook, for what the direct calculation refuses; a
         formula the engine cannot parse (`=1+`, a DDE link `=cmd|' /C calc'!A0`) is one
         line naming its cell."""
+        # the engine's own model takes every block as rows of Python numbers
+        self._entries = {k: v.rows() if isinstance(v, ArrayRows) else v
+                         for k, v in self._entries.items()}
+        self._blocks = {k: v.rows() if isinstance(v, ArrayRows) else v
+                        for k, v in self._blocks.items()}
         try:
             self._model = model_from_dict(self._entries, self._book, self._share_compiled)
         except Exception as error:
@@ -393,8 +402,12 @@ class FormulasModel:
                                     f"formula the engine can read") from None
             raise
 
-    def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None) -> CellValues:
-        """Cell values, with constant cells (sheet, row, col) replaced by `inputs`."""
+    def evaluate(self, inputs: dict[tuple[str, int, int], float] | None = None,
+                 input_blocks: bool = True) -> CellValues:
+        """Cell values, with constant cells (sheet, row, col) replaced by `inputs`. Without
+        `input_blocks`, the cells of the input blocks (each a range node, read back from
+        the file as it is) are left out: a model's millions of weights, which no formula's
+        value and no comparison needs from here."""
         overrides: dict[str, Any] = {}
         blocks: dict[str, list[list]] = {}
         for (sheet, row, col), value in (inputs or {}).items():
@@ -405,17 +418,20 @@ class FormulasModel:
                 continue
             name, top, left = block
             if name not in blocks:
-                blocks[name] = [list(r) for r in self._blocks[name]]
+                held = self._blocks[name]
+                blocks[name] = held.rows() if isinstance(held, ArrayRows) else \
+                    [list(r) for r in held]
             blocks[name][row - top][col - left] = value
         overrides.update(blocks)
         with _quiet_numpy(), _heap_frozen(), formulas_changes():
             solution = self._calculate(overrides)
         values = _solution_values(solution, set(self._blocks), self._sheet_titles)
-        for name, rows in self._blocks.items():  # the input blocks, as given
+        for name, rows in self._blocks.items() if input_blocks else ():  # as given
             sheet, _, ref = name[len(self._book) + 3:].rpartition("'!")
             sheet = self._sheet_titles.get(sheet, sheet)
             top, left, _, _ = parse_range(ref)
-            for i, row in enumerate(blocks.get(name, rows)):
+            given = blocks.get(name, rows)
+            for i, row in enumerate(given.rows() if isinstance(given, ArrayRows) else given):
                 for j, value in enumerate(row):
                     values[(sheet, top + i, left + j)] = value
         return values

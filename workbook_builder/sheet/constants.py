@@ -87,6 +87,53 @@ def add_constant_block(ws: Worksheet, top: int, left: int, values: np.ndarray,
     return block
 
 
+@dataclass(eq=False)
+class FormulaRegion:
+    """A rectangle that array formulas fill, whose cells besides the formulas' own first
+    cells have no cell object: the file gets them straight into its XML, styled as `style`
+    and holding the value the evaluation gives each (as openpyxl would write them).
+    `cells` are the cell objects the sheet holds inside it (the formulas' first cells, a
+    skipped row's cells), written as they are."""
+
+    top: int
+    left: int
+    bottom: int
+    right: int
+    style: Cell
+    cells: list[Cell]
+
+    def holds(self, row: int, col: int) -> bool:
+        return self.top <= row <= self.bottom and self.left <= col <= self.right
+
+
+_REGIONS: "weakref.WeakKeyDictionary[Worksheet, list[FormulaRegion]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def add_formula_region(ws: Worksheet, top: int, left: int, bottom: int, right: int,
+                       style: Cell, cells: list[Cell]) -> FormulaRegion:
+    """Keep the rectangle's cells other than `cells` (held by the sheet) out of the sheet,
+    each styled as `style` when written (its style is copied)."""
+    template = Cell(ws)
+    copy_style(style, template)
+    region = FormulaRegion(top, left, bottom, right, template, list(cells))
+    _REGIONS.setdefault(ws, []).append(region)
+    return region
+
+
+def formula_regions(ws) -> list[FormulaRegion]:
+    """The formula regions of a worksheet (none for most sheets)."""
+    return _REGIONS.get(ws, []) if isinstance(ws, Worksheet) else []
+
+
+def formula_region_at(ws, top: int, left: int, bottom: int, right: int) -> FormulaRegion | None:
+    """The formula region spanning exactly this rectangle, if there is one."""
+    for region in formula_regions(ws):
+        if (region.top, region.left, region.bottom, region.right) == (top, left, bottom, right):
+            return region
+    return None
+
+
 def constant_block_at(ws, top: int, left: int, bottom: int, right: int) -> ConstantBlock | None:
     """The array block spanning exactly this rectangle, if there is one."""
     for block in constant_blocks(ws):

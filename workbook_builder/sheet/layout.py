@@ -35,7 +35,12 @@ from openpyxl.worksheet.worksheet import Worksheet
 from workbook_builder.sheet.block import Block
 from workbook_builder.sheet.cells import write_text
 from workbook_builder.sheet.charts import add_chart
-from workbook_builder.sheet.constants import add_constant_block, constant_block_at
+from workbook_builder.sheet.constants import (
+    add_constant_block,
+    add_formula_region,
+    constant_block_at,
+    formula_region_at,
+)
 from workbook_builder.sheet.declare import (
     Env,
     Labels,
@@ -77,7 +82,7 @@ from workbook_builder.sheet.styles import (
 )
 from workbook_builder.sheet.text_rows import TextRows, wrapped_lines
 from workbook_builder.sheet.widths import fit_columns
-from workbook_builder.xlsx.of_openpyxl import copy_style
+from workbook_builder.xlsx.of_openpyxl import copy_style, openpyxl_shortcuts
 
 
 class SheetWriter:
@@ -257,11 +262,22 @@ class SheetWriter:
         ws, block = self.ws, env.me
         rows, cols = block.rows, block.cols
         arrays = formula.arrays(env) if self.layout == "blocks" else None
+        number_format = step.number_format or NUMBER_FORMAT
+        region = None
         if arrays is not None:
+            anchors = []
             for a in arrays:
                 ref = range_ref(block.top + a.r0, block.left + a.c0, block.top + a.r1,
                                 block.left + a.c1)
-                ws.cell(block.top + a.r0, block.left + a.c0).value = ArrayFormula(ref, a.text)
+                anchor = ws.cell(block.top + a.r0, block.left + a.c0)
+                anchor.value = ArrayFormula(ref, a.text)
+                anchors.append(anchor)
+            if self.array_block_cells is not None and rows * cols >= self.array_block_cells \
+                    and _covers(arrays, rows, cols):
+                # the formulas' other cells get no cell object: written into the file's XML
+                first = paint(ws, block, FORMULA_FILL, number_format, only=anchors)
+                region = add_formula_region(ws, block.top, block.left, block.bottom,
+                                            block.right, first, anchors)
         else:
             for i in range(rows):
                 for j in range(cols):
@@ -269,10 +285,14 @@ class SheetWriter:
                     target = ws.cell(block.top + i, block.left + j)
                     target.value = ArrayFormula(target.coordinate, cell.text) if cell.array \
                         else cell.text
-        paint(ws, block, FORMULA_FILL, step.number_format or NUMBER_FORMAT)
+        if region is None:
+            paint(ws, block, FORMULA_FILL, number_format)
         for r in sorted(step.skipped_rows):
             for c in range(cols):
                 target = ws.cell(block.top + r, block.left + c)
+                if region is not None and not target.has_style:
+                    copy_style(region.style, target)  # as painted
+                    region.cells.append(target)
                 target.number_format, target.fill = SKIP_FORMAT, SKIP_FILL
         if step.masked_by is not None:
             mask = self.blocks[step.masked_by]
@@ -316,12 +336,27 @@ class SheetWriter:
         ws, label_col = self.ws, block.left - 1
         if corner is not None:
             write_text(ws, block.top - 1, label_col, corner).font = corner_font
+        # a label cell that had no style copies the style record of the first such one
+        # (setting a font hashes the whole style: seconds over a model's many labels)
+        pattern = None
         for j, label in enumerate(col_labels):
             cell = write_text(ws, block.top - 1, block.left + j, label)
+            blank = not cell.has_style
+            if blank and pattern is not None:
+                copy_style(pattern, cell)
+                continue
             cell.font = LABEL_FONT
             cell.alignment = Alignment(horizontal="center")
+            pattern = cell if blank else pattern
+        pattern = None
         for i, label in enumerate(row_labels):
-            write_text(ws, block.top + i, label_col, label).font = LABEL_FONT
+            cell = write_text(ws, block.top + i, label_col, label)
+            blank = not cell.has_style
+            if blank and pattern is not None:
+                copy_style(pattern, cell)
+                continue
+            cell.font = LABEL_FONT
+            pattern = cell if blank else pattern
 
     def _wrapped(self, block: Block, row: int, text: str, font: Font,
                  left: int | None = None) -> None:
@@ -389,6 +424,13 @@ class SheetWriter:
                 if array.style.number_format == NUMBER_FORMAT:
                     array.style.number_format = "General"
                 continue
+            region = formula_region_at(self.ws, block.top, block.left, block.bottom,
+                                       block.right)
+            if region is not None:  # one style, and the few cells the sheet holds there
+                for cell in [region.style, *region.cells]:
+                    if cell.number_format == NUMBER_FORMAT:
+                        cell.number_format = "General"
+                continue
             for row in self.ws.iter_rows(block.top, block.bottom, block.left, block.right):
                 for cell in row:
                     if cell.number_format == NUMBER_FORMAT:
@@ -400,16 +442,35 @@ class SheetWriter:
         self.text_rows.fit(self.ws)
 
 
-def paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = "") -> None:
-    """Style every data cell like the first (one style record copied, not re-hashed)."""
+def paint(ws: Worksheet, block: Block, fill: PatternFill, number_format: str = "",
+          only: list[Cell] | None = None) -> Cell:
+    """Style every data cell (or `only` these cells of the block) like the first, the
+    block's top left cell (one style record copied, not re-hashed); that first cell."""
     first = ws.cell(block.top, block.left)
     first.fill, first.font, first.border = fill, TEXT_FONT, CELL_BORDER
     if number_format:
         first.number_format = number_format
+    shortcuts = openpyxl_shortcuts()  # asked once, not once a cell
+    if only is not None:
+        for cell in only:
+            if cell is not first:
+                copy_style(first, cell, shortcuts)
+        return first
     for i in range(block.rows):
         for j in range(block.cols):
             if i or j:
-                copy_style(first, ws.cell(block.top + i, block.left + j))
+                copy_style(first, ws.cell(block.top + i, block.left + j), shortcuts)
+    return first
+
+
+def _covers(arrays, rows: int, cols: int) -> bool:
+    """Whether the array formulas fill every cell of a rows × cols block, each once."""
+    filled = np.zeros((rows, cols), np.int64)
+    for a in arrays:
+        if not (0 <= a.r0 <= a.r1 < rows and 0 <= a.c0 <= a.c1 < cols):
+            return False
+        filled[a.r0:a.r1 + 1, a.c0:a.c1 + 1] += 1
+    return bool((filled == 1).all())
 
 
 def _plain(x: float) -> float | int:

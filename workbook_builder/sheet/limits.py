@@ -15,7 +15,7 @@ import numpy as np
 
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.block import Block
-from workbook_builder.sheet.constants import constant_blocks
+from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS, constant_blocks
 from workbook_builder.sheet.places import (
     FIRST_ROW,
     HAND_MAX_SIDE,
@@ -33,9 +33,18 @@ from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
 EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
-DEFAULT_MAX_CELLS = 2_000_000      # input and formula cells of one build, answer key included
+# formula cells and inputs written cell by cell, of one build (answer key included): each
+# costs the writer a cell object, ~1-45 KB
+DEFAULT_MAX_CELLS = 2_000_000
+# inputs held as arrays (blocks of CONSTANT_BLOCK_CELLS or more, `sheet/constants.py`):
+# ~9 bytes each in memory, ~20-40 in the file's XML; GPT-2 small's weights are 124 M
+MAX_ARRAY_CELLS = 200_000_000
 MAX_LABEL_CHARS = 255              # one token or label
-MAX_WORKBOOK_BYTES = 200 * 2**20   # a workbook's parts, uncompressed, that check/grade read
+# a workbook's parts, uncompressed, that check/grade read: the blocks of plain numbers are
+# read as a stream into arrays (MAX_ARRAY_CELLS of ~45 bytes of XML each); of the rest,
+# what openpyxl loads cell by cell, at most MAX_CELL_XML_BYTES
+MAX_WORKBOOK_BYTES = 10 * 2**30
+MAX_CELL_XML_BYTES = 200 * 2**20
 # a formula check/grade hand an engine: attnsheets writes none over 300 characters, and the
 # `formulas` engine parses an operator chain in time and memory growing with its square
 # (one 10 KB formula: ~0.5 GB and ~15 s), so a longer one is refused before any engine
@@ -56,29 +65,36 @@ def exercise_rows(exercise) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Extent:
-    """What a build would write: its sheet's last row and column and its data cells."""
+    """What a build would write: its sheet's last row and column, its data cells written
+    cell by cell and those of its inputs held as arrays."""
 
     rows: int
     cols: int
     cells: int
+    array_cells: int = 0
 
 
 def plan_extent(request: BuildRequest, max_cells: int | None = None) -> Extent:
     """The extent of the request's sheet, from its kind's declaration alone.
     An exercise adds a column of ✓/✗ marks, the self-check table and, with its self-check,
-    the hidden key: the same blocks again on a sheet of their own. Raises PlanBeyond at the
-    first block outside Excel's grid or past `max_cells`, and in the hand layout
-    HandTooLarge at the first block with a side over HAND_MAX_SIDE."""
+    the hidden key: the same blocks again on a sheet of their own. Input blocks of the
+    request's `array_block_cells` cells or more are held as arrays (never in an exercise,
+    whose inputs get edited) and count towards MAX_ARRAY_CELLS, not `max_cells`. Raises
+    PlanBeyond at the first block outside Excel's grid or past either count, and in the
+    hand layout HandTooLarge at the first block with a side over HAND_MAX_SIDE."""
     exercise = request.exercise
     copies = 2 if exercise is not None and exercise.self_check else 1
+    array_from = None if exercise is not None else request.array_block_cells
     plan = place_kind(dataclasses.replace(request, exercise=None), Limits(
-        EXCEL_ROWS, EXCEL_COLS, None if max_cells is None else max_cells // copies))
+        EXCEL_ROWS, EXCEL_COLS, None if max_cells is None else max_cells // copies,
+        array_cells=None if max_cells is None or array_from is None else MAX_ARRAY_CELLS,
+        array_from=array_from))
     rows, cols = plan.bottom, plan.right
     if exercise is not None:  # the instructions and self-check table above the blocks
         blocks = plan.blocks
         rows += 5 + len(exercise.steps)
         cols = max([cols] + [blocks[s].right + 1 for s in exercise.steps if s in blocks])
-    return Extent(rows, cols, plan.cells * copies)
+    return Extent(rows, cols, plan.cells * copies, plan.array_cells)
 
 
 def place_kind(request: BuildRequest, limits: Limits = NO_LIMITS) -> SheetPlacement:
@@ -88,7 +104,7 @@ def place_kind(request: BuildRequest, limits: Limits = NO_LIMITS) -> SheetPlacem
     kind, params, layout, exercise = (request.kind, request.params, request.layout,
                                       request.exercise)
     if layout == "hand":
-        limits = Limits(limits.rows, limits.cols, limits.cells, HAND_MAX_SIDE)
+        limits = dataclasses.replace(limits, hand_side=HAND_MAX_SIDE)
     first_row = FIRST_ROW if exercise is None else EXERCISE_TOP + exercise_rows(exercise)
     return place_sheet(kind.sections(params), params, layout, sheet=kind.sheet_title,
                        first_row=first_row, glued_from=1, limits=limits)
@@ -143,13 +159,30 @@ def check_sizes(kind, params, max_cells: int = DEFAULT_MAX_CELLS) -> None:
             raise UserError(f"{kind.name}: the sheet would be at least {rows:,} rows long, "
                             f"more than Excel's {EXCEL_ROWS:,} ({shape}); "
                             f"{_lower(params, rows)}")
-    cells = sum(rows * cols for rows, cols in shapes.values())
+    # a lower bound: every input held as an array that can be one (an exercise's are cells,
+    # which the plan then counts)
+    arrays = {name: shape for name, shape in shapes.items()
+              if shape[0] * shape[1] >= CONSTANT_BLOCK_CELLS}
+    cells = sum(rows * cols for name, (rows, cols) in shapes.items() if name not in arrays)
     if cells > max_cells:
-        name, (rows, cols) = max(shapes.items(), key=lambda item: item[1][0] * item[1][1])
+        name, (rows, cols) = max(((n, s) for n, s in shapes.items() if n not in arrays),
+                                 key=lambda item: item[1][0] * item[1][1])
         raise UserError(f"{kind.name}: the workbook would hold more than --max-cells "
                         f"{max_cells:,} input and formula cells (its inputs alone hold "
                         f"{cells:,}; input {name} is {rows:,}×{cols:,}); "
                         f"{_lower(params, rows, cols)}, or raise --max-cells")
+    held = sum(rows * cols for rows, cols in arrays.values())
+    if held > MAX_ARRAY_CELLS:
+        name, (rows, cols) = max(arrays.items(), key=lambda item: item[1][0] * item[1][1])
+        raise UserError(_arrays_too_large(kind, params, held, name, rows, cols))
+
+
+def _arrays_too_large(kind, params, held: int | None, name: str, rows: int, cols: int) -> str:
+    """The one line refusing inputs beyond MAX_ARRAY_CELLS."""
+    hold = f"its inputs hold {held:,}; " if held is not None else ""
+    return (f"{kind.name}: the workbook's input blocks would hold more than "
+            f"{MAX_ARRAY_CELLS:,} numbers, what attnsheets writes and reads in bounded "
+            f"memory ({hold}input {name} is {rows:,}×{cols:,}); {_lower(params, rows, cols)}")
 
 
 def plan_build(kind, params, tokens: list[str] | None = None, *,
@@ -166,8 +199,10 @@ def plan_build(kind, params, tokens: list[str] | None = None, *,
 
 def check_fits(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> Extent:
     """Refuse, in one line saying which flag to lower, a workbook that would not fit
-    Excel's grid or would hold more than `max_cells` input and formula cells, a hand layout
-    beyond teaching sizes; and labels longer than a cell can record."""
+    Excel's grid or would hold more than `max_cells` formula cells and inputs written cell
+    by cell, or more than MAX_ARRAY_CELLS numbers in the inputs held as arrays (blocks of
+    the request's `array_block_cells` cells or more), a hand layout beyond teaching sizes;
+    and labels longer than a cell can record."""
     if type(max_cells) is not int or max_cells <= 0:
         raise UserError(f"--max-cells must be a positive whole number, got {max_cells}")
     kind, params, exercise = request.kind, request.params, request.exercise
@@ -192,6 +227,10 @@ def check_fits(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> Ext
             raise UserError(f"{kind.name}: the sheet would be at least {block.bottom:,} rows "
                             f"long, more than Excel's {EXCEL_ROWS:,} ({shape}); "
                             f"{_lower(params, block.rows)}") from None
+        if beyond.limit == "array_cells":
+            big = max(beyond.blocks.values(), key=lambda b: b.rows * b.cols)
+            raise UserError(_arrays_too_large(kind, params, None, big.name, big.rows,
+                                              big.cols)) from None
         big = max(beyond.blocks.values(), key=lambda b: b.rows * b.cols)
         copies = " (twice: the exercise's hidden key repeats them)" if \
             exercise is not None and exercise.self_check else ""

@@ -29,6 +29,7 @@ The rules it follows (sheet/layout.py shows what they look like):
   start on one row (`Product`).
 """
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -111,6 +112,7 @@ class SheetPlacement:
     right: int
     cells: int  # data cells of the inputs and steps (and of a hand product's copies)
     next_row: int  # the first row free under the last band
+    array_cells: int = 0  # of the input blocks held as arrays (not among `cells`)
 
     @property
     def header_rows(self) -> int:
@@ -135,12 +137,16 @@ class SheetPlacement:
 class Limits:
     """Where a placement stops (PlanBeyond): a block ending below `rows`, right of `cols`,
     or past `cells` data cells; with `hand_side`, a block with a longer side
-    (HandTooLarge). None: no limit."""
+    (HandTooLarge). With `array_from`, an input block of that many cells or more (held as
+    an array, not as cells: `sheet/constants.py`) counts towards `array_cells` instead of
+    `cells`. None: no limit."""
 
     rows: int | None = None
     cols: int | None = None
     cells: int | None = None
     hand_side: int | None = None
+    array_cells: int | None = None
+    array_from: int | None = None
 
 
 NO_LIMITS = Limits()
@@ -151,9 +157,10 @@ class PlanBeyond(Exception):
     the sheet is even declared (a sheet far too large is refused at once). `blocks`: the
     named blocks placed so far, this one included."""
 
-    def __init__(self, block: Block, blocks: dict[str, Block]):
+    def __init__(self, block: Block, blocks: dict[str, Block], limit: str = ""):
         super().__init__(block.name)
         self.block, self.blocks = block, blocks
+        self.limit = limit  # "cells" or "array_cells" when it is a count that is crossed
 
 
 class HandTooLarge(Exception):
@@ -199,8 +206,8 @@ def _compact_fits(sections: Iterator[Section], limits: Limits, **where) -> bool:
     as soon as a block is wider than COMPACT_WIDTH columns (a hand block beyond
     HAND_MAX_SIDE is not compact either)."""
     hand_side = limits.hand_side or (HAND_MAX_SIDE if where["layout"] == "hand" else None)
-    trial = _Placer(compact=True, limits=Limits(limits.rows, COMPACT_WIDTH, limits.cells,
-                                                hand_side), **where)
+    trial = _Placer(compact=True, limits=dataclasses.replace(
+        limits, cols=COMPACT_WIDTH, hand_side=hand_side), **where)
     try:
         trial.place(sections)
     except (PlanBeyond, HandTooLarge):
@@ -239,10 +246,12 @@ class _Placer:
         self.pad = 0  # rows above every block of the band (hand: its tallest operand)
         self.bottom, self.right = 3, 1  # the title's three lines
         self.cells = 0
+        self.array_cells = 0  # of input blocks held as arrays (Limits.array_from)
 
     def result(self) -> SheetPlacement:
         return SheetPlacement(tuple(self.placed), tuple(self.units), self.compact,
-                              self.bottom, self.right, self.cells, self.row)
+                              self.bottom, self.right, self.cells, self.row,
+                              self.array_cells)
 
     # -- sections, bands, lines -------------------------------------------------------------
     def place(self, sections: Iterable[Section]) -> None:
@@ -393,13 +402,20 @@ class _Placer:
         line.bottom = max(line.bottom, block.bottom)
         self._add(role, name, block.top, block.left, rows, cols, above, before, item)
         self.blocks[name] = block
-        self.cells += rows * cols
-        self._grow(block.bottom, block.right)
         limits = self.limits
+        if role == "input" and limits.array_from is not None and \
+                rows * cols >= limits.array_from:
+            self.array_cells += rows * cols
+        else:
+            self.cells += rows * cols
+        self._grow(block.bottom, block.right)
         if (limits.rows is not None and block.bottom > limits.rows) or \
-                (limits.cols is not None and block.right > limits.cols) or \
-                (limits.cells is not None and self.cells > limits.cells):
+                (limits.cols is not None and block.right > limits.cols):
             raise PlanBeyond(block, dict(self.blocks))
+        if limits.cells is not None and self.cells > limits.cells:
+            raise PlanBeyond(block, dict(self.blocks), "cells")
+        if limits.array_cells is not None and self.array_cells > limits.array_cells:
+            raise PlanBeyond(block, dict(self.blocks), "array_cells")
         if limits.hand_side is not None and max(rows, cols) > limits.hand_side:
             raise HandTooLarge(block)
         return block

@@ -52,7 +52,11 @@ def column_pt(ws: Worksheet, col: int) -> float:
 
 
 def row_pt(ws: Worksheet, row: int) -> float:
-    return ws.row_dimensions[row].height or ROW_PT
+    """A row's printed height (asked without making a row record for it: the sheet's
+    record of dimensions makes one for every row it is asked of, hundreds of thousands
+    beside a model's blocks, each written into the file as an empty row)."""
+    found = ws.row_dimensions.get(row)
+    return (found.height if found is not None else None) or ROW_PT
 
 
 def printable(orientation: str, side_in: float = SIDE_IN) -> tuple[float, float]:

@@ -177,12 +177,15 @@ def fonts_in_schema_order(save):
 
 
 @fonts_in_schema_order
-def save_workbook(wb, path, shortcuts: bool | None = None) -> None:
+def save_workbook(wb, path, shortcuts: bool | None = None, compressed: bool = True) -> None:
     """wb.save(path), every float written exactly. openpyxl 3.1 writes numbers with
     "%.16g" (its cell writer's `safe_string`), 16 significant digits, which can move a
-    double by one unit in the last place; repr's up to 17 read back bit for bit."""
+    double by one unit in the last place; repr's up to 17 read back bit for bit. Without
+    `compressed`, the parts are stored as they are (for a copy that rewrites them: nothing
+    is compressed only to be unpacked again)."""
+    save = wb.save if compressed else functools.partial(_save_stored, wb)
     if not (openpyxl_shortcuts(shortcuts)):
-        _closing_on_failure(wb.save, path)
+        _closing_on_failure(save, path)
         return
     import openpyxl.cell._writer as writer
 
@@ -190,9 +193,27 @@ def save_workbook(wb, path, shortcuts: bool | None = None) -> None:
         original = writer.safe_string
         writer.safe_string = functools.partial(_exact_number_text, original=original)
         try:
-            _closing_on_failure(wb.save, path)
+            _closing_on_failure(save, path)
         finally:
             writer.safe_string = original
+
+
+def _save_stored(wb, path) -> None:
+    """`wb.save(path)` (openpyxl's `save_workbook`, through its public `ExcelWriter`) into a
+    zip whose parts are stored, not compressed."""
+    import datetime
+    import zipfile
+
+    from openpyxl.writer.excel import ExcelWriter
+
+    if wb.read_only:
+        raise TypeError("Workbook is read-only")
+    if wb.write_only and not wb.worksheets:
+        wb.create_sheet()
+    archive = zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True)
+    wb.properties.modified = datetime.datetime.now(tz=datetime.UTC).replace(
+        tzinfo=None)
+    ExcelWriter(wb, archive).save()
 
 
 def _closing_on_failure(save, path) -> None:

@@ -37,8 +37,10 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+@functools.lru_cache(maxsize=64)
 def within(installed: str, low: str, high: str) -> bool:
-    """low <= installed < high, comparing release numbers."""
+    """low <= installed < high, comparing release numbers (asked once per cell by some
+    loops: cached)."""
     return _version_tuple(low) <= _version_tuple(installed) < _version_tuple(high)
 
 

@@ -43,9 +43,11 @@ _SHEET_KEY = re.compile(r"^'\[(?P<book>[^\]]*)\](?P<sheet>[^']+)'!"
                         r"(?P<top>[A-Z]{1,3}\d+)(?::(?P<bottom>[A-Z]{1,3}\d+))?$")
 _NAME_KEY = re.compile(r"^'\[(?P<book>[^\]]*)\]'!\w+$")
 _CELL = re.compile(r"([A-Z]{1,3})(\d+)")
-# a sheet's grid holds every cell any formula or constant touches; beyond this many cells
+# the grids hold every cell a formula fills or a constant written cell by cell holds (the
+# blocks of numbers kept as arrays, ArrayRows, lie over them); beyond this many such cells
 # the engine's sparse graph is the better store
 MOST_GRID_CELLS = 16_000_000
+_TILE_ROWS, _TILE_COLS = 128, 256  # a grid's cells are stored in tiles of this size
 
 _BOX, _NAME = 0, 1
 _PLAIN = (str, int, float, bool)  # values np.asarray([[value]], object) holds as they are
@@ -66,12 +68,127 @@ def _replace_empty(value, replace_empty):
 
 class _Value:
     """A solution entry of a box or a constant: what `_solution_values` reads (`.value`, a
-    2-D object array), without building a `Ranges` for each."""
+    2-D object array), without building a `Ranges` for each; assembled from the grid when
+    read (an input block's entry, millions of numbers, is never read)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("_grid", "_box")
 
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, grid: "_Grid", box: tuple):
+        self._grid, self._box = grid, box
+
+    @property
+    def value(self) -> np.ndarray:
+        _, r0, r1, c0, c1 = self._box
+        return self._grid.get(r0, r1, c0, c1)
+
+
+class ArrayRows:
+    """A block of numbers kept as an array (`values`, float64; `integers`: the cells a
+    reader gets as ints), standing for the rows of Python numbers `ExcelModel.from_dict`
+    takes: made into Python numbers only where a formula reads them."""
+
+    __slots__ = ("values", "integers")
+
+    def __init__(self, values: np.ndarray, integers: np.ndarray):
+        self.values, self.integers = values, integers
+
+    def rows(self) -> list[list]:
+        """Every cell's number, row by row, as the engine's entry holds them."""
+        rows = self.values.tolist()
+        if self.integers.any():
+            for i, j in zip(*np.nonzero(self.integers), strict=True):
+                rows[i][j] = int(rows[i][j])
+        return rows
+
+    def cells(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Rows r0…r1-1, columns c0…c1-1 (0-based, of the block) as the engine's node holds
+        them: an object array of Python floats, and ints where `integers` says."""
+        part = self.values[r0:r1, c0:c1]
+        held = part.astype(object)
+        whole = self.integers[r0:r1, c0:c1]
+        if whole.any():
+            at = np.nonzero(whole)
+            held[at] = [int(x) for x in part[at].tolist()]
+        return held
+
+
+class _Grid:
+    """One sheet's cells for the calculation: stored in tiles made where a cell is set (a
+    model's sheet spans a hundred million cells, nearly all of them weights), with blocks
+    laid over them (`lay`: an ArrayRows, or one value for every cell), `fill` elsewhere."""
+
+    def __init__(self, fill, dtype=object):
+        self.fill, self.dtype = fill, dtype
+        self.tiles: dict[tuple[int, int], np.ndarray] = {}
+        self.laid: list[tuple[int, int, int, int, Any]] = []  # r0, r1, c0, c1, source
+
+    def copy(self) -> "_Grid":
+        grid = _Grid(self.fill, self.dtype)
+        grid.tiles = {at: tile.copy() for at, tile in self.tiles.items()}
+        grid.laid = list(self.laid)
+        return grid
+
+    def lay(self, r0: int, r1: int, c0: int, c1: int, source) -> None:
+        self.laid.append((r0, r1, c0, c1, source))
+
+    def unlay(self, source) -> None:
+        self.laid = [laid for laid in self.laid if laid[4] is not source]
+
+    def _tile(self, at: tuple[int, int]) -> np.ndarray:
+        tile = self.tiles.get(at)
+        if tile is None:
+            tile = self.tiles[at] = np.empty((_TILE_ROWS, _TILE_COLS), self.dtype)
+            tile.fill(self.fill)  # np.full would store the EMPTY token as a plain str
+        return tile
+
+    @staticmethod
+    def _pieces(r0: int, r1: int, c0: int, c1: int):
+        """(tile, rows in it, columns in it, rows in the box, columns in the box)."""
+        for ti in range(r0 // _TILE_ROWS, (r1 - 1) // _TILE_ROWS + 1):
+            top = ti * _TILE_ROWS
+            rows = slice(max(r0, top) - top, min(r1, top + _TILE_ROWS) - top)
+            out_rows = slice(max(r0, top) - r0, min(r1, top + _TILE_ROWS) - r0)
+            for tj in range(c0 // _TILE_COLS, (c1 - 1) // _TILE_COLS + 1):
+                left = tj * _TILE_COLS
+                cols = slice(max(c0, left) - left, min(c1, left + _TILE_COLS) - left)
+                out_cols = slice(max(c0, left) - c0, min(c1, left + _TILE_COLS) - c0)
+                yield (ti, tj), rows, cols, out_rows, out_cols
+
+    def set(self, r0: int, r1: int, c0: int, c1: int, value) -> None:
+        """Cells r0…r1-1 × c0…c1-1 (0-based) set to `value`, one value or an array of the
+        box's shape."""
+        if r1 - r0 == 1 and c1 - c0 == 1 and not isinstance(value, np.ndarray):
+            self._tile((r0 // _TILE_ROWS, c0 // _TILE_COLS))[r0 % _TILE_ROWS,
+                                                              c0 % _TILE_COLS] = value
+            return
+        array = isinstance(value, np.ndarray)
+        for at, rows, cols, out_rows, out_cols in self._pieces(r0, r1, c0, c1):
+            self._tile(at)[rows, cols] = value[out_rows, out_cols] if array else value
+
+    def get(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """A new array of the cells r0…r1-1 × c0…c1-1 (0-based)."""
+        out = np.empty((r1 - r0, c1 - c0), self.dtype)
+        if r1 - r0 == 1 and c1 - c0 == 1 and not self.laid:
+            tile = self.tiles.get((r0 // _TILE_ROWS, c0 // _TILE_COLS))
+            out[0, 0] = self.fill if tile is None else tile[r0 % _TILE_ROWS, c0 % _TILE_COLS]
+            return out
+        out.fill(self.fill)
+        for at, rows, cols, out_rows, out_cols in self._pieces(r0, r1, c0, c1):
+            tile = self.tiles.get(at)
+            if tile is not None:
+                out[out_rows, out_cols] = tile[rows, cols]
+        for top, bottom, left, right, source in self.laid:
+            a, b, c, d = max(r0, top), min(r1, bottom), max(c0, left), min(c1, right)
+            if a < b and c < d:
+                out[a - r0:b - r0, c - c0:d - c0] = \
+                    source.cells(a - top, b - top, c - left, d - left) \
+                    if isinstance(source, ArrayRows) else source
+        return out
+
+    def laid_over(self, r0: int, r1: int, c0: int, c1: int) -> bool:
+        """Whether one laid block holds every cell of the box."""
+        return any(top <= r0 and r1 <= bottom and left <= c0 and c1 <= right
+                   for top, bottom, left, right, _ in self.laid)
 
 
 _letters = functools.lru_cache(maxsize=None)(column_letters)
@@ -405,31 +522,32 @@ class DirectCalculation:
 
     # -- ordering ----------------------------------------------------------------------------
 
-    def _grid_shapes(self) -> list[tuple[int, int]]:
-        shapes = [(rows, cols) for rows, cols in self._extent]
-        if sum(rows * cols for rows, cols in shapes) > MOST_GRID_CELLS:
-            raise CalculationRefused("cells too far apart for a grid")
-        return shapes
+    def _check_grid_cells(self) -> None:
+        """Refused beyond MOST_GRID_CELLS cells held cell by cell (formulas' and constants'
+        other than the blocks kept as arrays)."""
+        held = sum((r1 - r0) * (c1 - c0) for _, _, (_, r0, r1, c0, c1), _, _ in self._formulas)
+        held += sum((r1 - r0) * (c1 - c0) for (_, r0, r1, c0, c1), value
+                    in self._constants.values() if not isinstance(value, ArrayRows))
+        if held > MOST_GRID_CELLS:
+            raise CalculationRefused("too many cells for the grids")
 
     def _dependency_order(self) -> list[int]:
         """The formula nodes in an order where each comes after every formula node inside
         the boxes it reads."""
-        owners = [np.full(shape, -1, np.int64) for shape in self._grid_shapes()]
+        self._check_grid_cells()
+        # each cell's formula node (its index), -2 for a constant, -1 for none
+        owners = [_Grid(-1, np.int64) for _ in self._sheet_names]
         for index, (_, _, (sheet, r0, r1, c0, c1), _, _) in enumerate(self._formulas):
-            if r1 - r0 == c1 - c0 == 1:  # one cell: no array operation
-                if owners[sheet][r0, c0] != -1:
-                    raise CalculationRefused("two formulas fill one cell")
-                owners[sheet][r0, c0] = index
-                continue
-            block = owners[sheet][r0:r1, c0:c1]
-            if (block != -1).any():
+            if (owners[sheet].get(r0, r1, c0, c1) != -1).any():
                 raise CalculationRefused("two formulas fill one cell")
-            block[...] = index
-        for sheet, r0, r1, c0, c1 in (box for box, _ in self._constants.values()):
-            block = owners[sheet][r0:r1, c0:c1]
-            if (block != -1).any():
+            owners[sheet].set(r0, r1, c0, c1, index)
+        for (sheet, r0, r1, c0, c1), value in self._constants.values():
+            if (owners[sheet].get(r0, r1, c0, c1) != -1).any():
                 raise CalculationRefused("two nodes hold one cell")
-            block[...] = -2
+            if isinstance(value, ArrayRows):  # a block of numbers: laid over, not stored
+                owners[sheet].lay(r0, r1, c0, c1, -2)
+            else:
+                owners[sheet].set(r0, r1, c0, c1, -2)
         found: dict[tuple, tuple[int, ...]] = {}
         # the boxes holding a cell of no node: only their solution entries give those
         # cells' (empty) values; the others' cells all come with their nodes
@@ -439,7 +557,10 @@ class DirectCalculation:
             box = spec[2]
             if box not in found:
                 sheet, r0, r1, c0, c1 = box
-                block = owners[sheet][r0:r1, c0:c1]
+                if owners[sheet].laid_over(r0, r1, c0, c1):  # inside a block of numbers
+                    found[box] = ()
+                    return found[box]
+                block = owners[sheet].get(r0, r1, c0, c1)
                 found[box] = tuple(np.unique(block[block >= 0]).tolist()) \
                     if block.size > 1 else ((int(block[0, 0]),) if block[0, 0] >= 0 else ())
                 if (block == -1).any():
@@ -466,34 +587,38 @@ class DirectCalculation:
             raise CalculationRefused("circular references")
         return order
 
-    def _constant_grids(self) -> list[np.ndarray]:
+    def _constant_grids(self) -> list[_Grid]:
         """Each sheet's cells with the constants in place, EMPTY elsewhere."""
         import schedula as sh
 
-        grids = []
-        for shape in self._grid_shapes():
-            grids.append(np.empty(shape, object))
-            grids[-1].fill(sh.EMPTY)  # np.full would store the token as a plain str
+        grids = [_Grid(sh.EMPTY) for _ in self._sheet_names]
         for key, (box, value) in self._constants.items():
             self._place(grids, key, box, value)
         return grids
 
     def _place(self, grids: list, key: str, box: tuple, value) -> None:
-        """A constant's value into its cells, as its node holds it."""
+        """A constant's value into its cells, as its node holds it (a block kept as an
+        array laid over the grid as it is)."""
         sheet, r0, r1, c0, c1 = box
+        grid = grids[sheet]
+        if isinstance(value, ArrayRows) and value.values.shape == (r1 - r0, c1 - c0):
+            grid.lay(r0, r1, c0, c1, value)
+            return
         if r1 - r0 == c1 - c0 == 1:
             if type(value) is list and len(value) == 1 and type(value[0]) is list and \
                     len(value[0]) == 1:
                 value = value[0][0]  # a text cell, [[text]]
             if type(value) in _PLAIN:
-                grids[sheet][r0, c0] = value  # what np.asarray([[value]], object) holds
+                grid.set(r0, r1, c0, c1, value)  # what np.asarray([[value]], object) holds
                 return
-        grids[sheet][r0:r1, c0:c1] = self._constant_node(key, box, value).values[key][1]
+        grid.set(r0, r1, c0, c1, self._constant_node(key, box, value).values[key][1])
 
     def _constant_node(self, key: str, box: tuple, value):
         """The engine's node value of a constant cell or block (Cell.add's format_output)."""
         from formulas.ranges import Ranges
 
+        if isinstance(value, ArrayRows):
+            value = value.cells(0, value.values.shape[0], 0, value.values.shape[1])
         return Ranges().set_value(self._output_range(box), value)
 
     # -- calculating -------------------------------------------------------------------------
@@ -514,19 +639,29 @@ class DirectCalculation:
             for key, value in inputs.items():
                 if key not in constants:
                     raise CalculationRefused(f"no constant node {key!r}")
-                box = constants[key][0]
+                box, before = constants[key]
                 constants[key] = (box, value)
+                if isinstance(before, ArrayRows):  # no longer laid over the grid
+                    grids[box[0]].unlay(before)
                 self._place(grids, key, box, value)
         nodes: dict[str, Any] = {}  # formula (and constant) nodes' values so far
         names: dict[str, Any] = {}
         boxes: dict[str, tuple] = {}  # the boxes formulas read that hold empty cells
         open_boxes = self._open_boxes
 
+        last_block: list = []  # (key, node) of the block of numbers read last
+
         def node_value(key):
             node = nodes.get(key)
             if node is None and key in constants:
                 box, value = constants[key]
-                node = nodes[key] = self._constant_node(key, box, value)
+                if not isinstance(value, ArrayRows):
+                    node = nodes[key] = self._constant_node(key, box, value)
+                elif last_block and last_block[0] == key:
+                    node = last_block[1]
+                else:  # a block of weights as Python numbers: held while it is being read
+                    last_block[:] = [key, None]
+                    node = last_block[1] = self._constant_node(key, box, value)
             return node
 
         def argument(spec):
@@ -540,7 +675,7 @@ class DirectCalculation:
                 if key in open_boxes:
                     boxes[key] = box
                 sheet, r0, r1, c0, c1 = box
-                held, array = rng, grids[sheet][r0:r1, c0:c1].copy()
+                held, array = rng, grids[sheet].get(r0, r1, c0, c1)
             argument = Ranges(ranges, {key: (held, array)})
             # its `.value`, which the engine cuts from `values` on first use: the whole
             # array, the one range and its value covering the same cells
@@ -575,13 +710,13 @@ class DirectCalculation:
             nodes[key] = node = Ranges().set_value(rng, result)
             array = node._value = node.values[rng["name"]][1]  # its `.value`, as above
             if array.dtype == object and r1 - r0 == c1 - c0 == 1:
-                grids[sheet][r0, c0] = array[0, 0]
+                grids[sheet].set(r0, r1, c0, c1, array[0, 0])
             else:  # numbers of another dtype become Python numbers, as in the engine
-                grids[sheet][r0:r1, c0:c1] = array
+                grids[sheet].set(r0, r1, c0, c1, array)
         solution: dict[str, Any] = {}
-        for key, (sheet, r0, r1, c0, c1) in boxes.items():
-            solution[key] = _Value(grids[sheet][r0:r1, c0:c1])
-        for key, ((sheet, r0, r1, c0, c1), _) in constants.items():
-            solution[key] = _Value(grids[sheet][r0:r1, c0:c1])
+        for key, box in boxes.items():
+            solution[key] = _Value(grids[box[0]], box)
+        for key, (box, _) in constants.items():
+            solution[key] = _Value(grids[box[0]], box)
         solution.update(nodes)
         return solution
