@@ -89,14 +89,21 @@ def block_values(path: Path, name: str) -> list[list]:
 
 def evaluated_blocks(path: Path, values: dict, names) -> dict[str, np.ndarray]:
     """Named blocks of a workbook as an engine computed them (`values`: that engine's cell
-    values, e.g. `evaluate_with_formulas(path)` or a build's own)."""
+    values, e.g. `evaluate_with_formulas(path)` or a build's own). An input block's cells,
+    which a build's own values leave out (no formula computes them), are read from the file."""
     wb = load_workbook(path)
     blocks = {}
     for name in names:
         where = find_name(wb, name, path)
-        blocks[name] = np.array([[values[(where.sheet.upper(), where.top + i, where.left + j)]
-                                  for j in range(where.shape[1])]
-                                 for i in range(where.shape[0])], dtype=float)
+        sheet = where.sheet.upper()
+        if (sheet, where.top, where.left) in values:
+            rows = [[values[(sheet, where.top + i, where.left + j)]
+                     for j in range(where.shape[1])] for i in range(where.shape[0])]
+        else:  # an input block: the numbers the file holds
+            rows = [list(row) for row in wb[where.sheet].iter_rows(
+                min_row=where.top, max_row=where.bottom, min_col=where.left,
+                max_col=where.right, values_only=True)]
+        blocks[name] = np.array(rows, dtype=float)
     return blocks
 
 
