@@ -71,6 +71,10 @@ def add_commands(commands, add_param_flags, class_kinds: list[str]) -> None:
         sub.add_argument("--layout", choices=LAYOUTS, default="cells",
                          help="cells (default), blocks or hand, as for build")
         add_edition_flags(sub, exercise_required=True)
+        sub.add_argument("--answers", choices=("formulas", "values", "either"), default=None,
+                         help="what grade takes: formulas (recalculated on fresh inputs), "
+                              "values (typed numbers) or either; default either for an "
+                              "exercise of at most 64 answer cells, else formulas")
         sub.add_argument("--force", action="store_true",
                          help="replace the files of an earlier run in DIR")
         add_checkpoint_flags(sub, name)
@@ -85,8 +89,12 @@ def add_commands(commands, add_param_flags, class_kinds: list[str]) -> None:
                        help="the class's manifest.json (or its folder): grade every file "
                             "against the teacher's record and report what was changed")
     grade.add_argument("--engine", choices=ENGINE_NAMES, default=None,
-                       help="recalculate formula cells with this engine instead of reading "
-                            "the values saved in the file")
+                       help="without --manifest: recalculate formula cells with this engine "
+                            "instead of reading the values saved in the file (with it, every "
+                            "file is recalculated by the formulas engine)")
+    grade.add_argument("--answers", choices=("formulas", "values", "either"), default=None,
+                       help="with --manifest: the answers that score, instead of what the "
+                            "class recorded: formulas, values (typed numbers) or either")
 
 
 def cmd_class(args) -> bool:
@@ -106,7 +114,8 @@ def cmd_class(args) -> bool:
     result = api.run_class(kind, params, args.roster, args.out, exercise, layout=args.layout,
                        lang=args.lang, tokens=tokens, class_seed=args.seed, force=args.force,
                        id_column=args.id_column, max_cells=args.max_cells, given=given,
-                       note=model.note if model is not None else None)
+                       note=model.note if model is not None else None,
+                       answers=args.answers)
     print(f"wrote {result.students} exercise workbooks, {result.students} answer keys and "
           f"{api.MANIFEST} to {result.out} ({kind.name}, {kind.describe(params)}, exercise "
           f"{','.join(exercise.steps)}, {result.seconds:.1f} s)")
@@ -117,6 +126,16 @@ def cmd_class(args) -> bool:
     keys = "every answer key" + (" and every hidden self-check key" if exercise.self_check
                                  else "")
     print(f"verified: {keys} equals the NumPy reference for that student's inputs")
+    takes = {"formulas": "formulas only (each recalculated on fresh inputs; typed numbers "
+                         "score 0)",
+             "values": "typed numbers and formulas, each by its value on the student's "
+                       "inputs",
+             "either": "typed numbers, and formulas recalculated on fresh inputs"}
+    print(f"grade takes {takes[result.answers]} (--answers {result.answers})")
+    if result.answers != "formulas" and exercise.self_check:
+        print("note: typed numbers score and each exercise holds its self-checks' answer "
+              "key, which a student can read: for a graded class pass --no-self-check "
+              "(or --answers formulas)")
     return True
 
 
@@ -125,7 +144,8 @@ def cmd_grade(args) -> bool:
     fail the command)."""
     from workbook_builder import api
 
-    grades = api.grade_all(args.paths, args.out, args.force, args.engine, args.manifest)
+    grades = api.grade_all(args.paths, args.out, args.force, args.engine, args.manifest,
+                           args.answers)
     files = [grade for grade in grades if grade.returned]
     for grade in files:
         if grade.problem:
@@ -133,6 +153,9 @@ def cmd_grade(args) -> bool:
         elif grade.changes:
             print(f"attnsheets: {printable(str(grade.file))}: "
                   f"{printable('; '.join(grade.changes))}", file=sys.stderr)
+        if grade.findings and not grade.problem:
+            print(f"attnsheets: {printable(str(grade.file))}: "
+                  f"{printable('; '.join(grade.findings))}", file=sys.stderr)
         if grade.notes:
             print(f"attnsheets: warning: {printable(str(grade.file))}: "
                   f"{printable('; '.join(grade.notes))}", file=sys.stderr)
@@ -141,4 +164,4 @@ def cmd_grade(args) -> bool:
                     f"{', '.join(map(str, args.paths))} (subfolders included)"))
     print("\n".join(lines))
     print(printable(summary + (f"; wrote {args.out}" if args.out is not None else "")))
-    return all(not g.problem and not g.changes for g in grades)
+    return all(not g.problem and not g.changes and not g.forged for g in grades)

@@ -32,10 +32,11 @@ from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import check_cell_text
 from workbook_builder.sheet.exercise import KEY_SHEET
 from workbook_builder.sheet.kind import Kind, complete_inputs
-from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, plan_build
+from workbook_builder.sheet.limits import DEFAULT_MAX_CELLS, plan_build, planned_places
 from workbook_builder.sheet.names import NamedRange
 from workbook_builder.sheet.refs import name_destinations, parse_cell, parse_range
 from workbook_builder.sheet.request import BuildRequest, ExerciseSpec, validate_steps
+from workbook_builder.teaching.answers import ANSWER_MODES, default_answers
 from workbook_builder.teaching.record import RECORD, SHARED, student_record, write_record
 from workbook_builder.xlsx.of_openpyxl import save_workbook
 
@@ -204,6 +205,7 @@ class ClassResult:
     students: int
     problems: list[str]  # blocks that did not equal the reference (none, if all is well)
     seconds: float
+    answers: str = "either"  # what the grade takes (answers.ANSWER_MODES)
 
 
 def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: ExerciseSpec,
@@ -211,18 +213,23 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
               class_seed: int = 0, force: bool = False,
               id_column: str | None = None,
               max_cells: int = DEFAULT_MAX_CELLS, given: dict | None = None,
-              note: str | None = None) -> "ClassResult":
+              note: str | None = None, answers: str | None = None) -> "ClassResult":
     """Write every student's exercise and key, and the manifests, verifying each. Inputs in
     `given` (a checkpoint's weights) are the same for every student; the others come from
     each student's seed. `note` says on each sheet where the inputs came from. All is
     written into a staging folder beside `out` and moved into place at the end: a class
-    that fails or is interrupted leaves nothing behind."""
+    that fails or is interrupted leaves nothing behind. `answers`: what the grade takes
+    (`answers.ANSWER_MODES`; None: `default_answers` for the exercise's size), recorded."""
     started = time.perf_counter()
     students = read_roster(roster, id_column)
     request = plan_build(kind, params, tokens, max_cells=max_cells, layout=layout, lang=lang,
                          exercise=exercise, note=note)
     labels = request.labels
     validate_steps(kind, params, exercise)
+    if answers is None:
+        answers = default_answers(answer_cells(request))
+    elif answers not in ANSWER_MODES:
+        raise UserError(f"--answers must be one of {', '.join(ANSWER_MODES)}; got {answers!r}")
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a folder")
     plan = [(s, f"{kind.name}_{s.stem}.xlsx", f"{kind.name}_{s.stem}_key.xlsx")
@@ -253,12 +260,18 @@ def run_class(kind: type[Kind], params, roster: Path, out: Path, exercise: Exerc
             manifest.append([student.id, student.name, exercise_name, key_name, seed])
             records.append(student_record(student.id, student.name, exercise_name, key_name,
                                           seed, kind.name, dataclasses.asdict(params),
-                                          layout, labels, exercise, inputs))
+                                          layout, labels, exercise, inputs, answers))
         write_csv(staging / MANIFEST, ["student", "name", "file", "key_file", "seed"],
                   manifest, force=True)
         write_record(staging / RECORD, records, given)
         _move_in(staging, out, names, force)
-    return ClassResult(out, len(plan), problems, time.perf_counter() - started)
+    return ClassResult(out, len(plan), problems, time.perf_counter() - started, answers)
+
+
+def answer_cells(request: BuildRequest) -> int:
+    """The cells a student fills in the request's exercise."""
+    places = planned_places(request)
+    return sum(places[step].rows * places[step].cols for step in request.exercise.steps)
 
 
 def _check_replaceable(path: Path) -> None:

@@ -37,8 +37,19 @@ from workbook_builder.checking.check import (
 )
 from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.exercise import KEY_SHEET
+from workbook_builder.sheet.kind import complete_inputs
 from workbook_builder.sheet.names import NamedRange
 from workbook_builder.sheet.request import BuildRequest
+from workbook_builder.teaching.answers import (
+    ANSWER_MODES,
+    FORGED,
+    FRESH_SETS,
+    AnswerReader,
+    AnswerSets,
+    fresh_seed,
+    score_answers,
+)
 from workbook_builder.teaching.record import (
     StudentRecord,
     by_digest,
@@ -63,6 +74,10 @@ class Grade:
     same_as: str = ""  # an earlier file of the same student, the one counted
     also: list[str] = field(default_factory=list)  # the student's later files (not counted)
     typed: int = 0  # answer cells holding a typed number, not a formula
+    formulas: int = 0  # answer cells holding a formula that follows the inputs
+    # cells scored 0 as forged, by what they are (answers.FORGED): recalculated grades only
+    forged: dict[str, list[str]] = field(default_factory=dict)
+    answers: str = ""  # the answers the class takes (answers.ANSWER_MODES); with a manifest
     returned: bool = True  # False: a student of the manifest who returned no file
     on_roster: bool = False  # the file is a student's of the manifest
     inputs_of: str = ""  # the other student whose inputs the file holds (a copy)
@@ -81,6 +96,17 @@ class Grade:
                          f"this file is counted")
         notes += [f"inputs copied into {copy}" for copy in self.copied_into]
         return notes
+
+    @property
+    def findings(self) -> list[str]:
+        """Each kind of forged answer, with its cells."""
+        found = []
+        for reason in FORGED:
+            cells = self.forged.get(reason, [])
+            if cells:
+                shown = ", ".join(cells[:3]) + (", …" if len(cells) > 3 else "")
+                found.append(f"{reason}: {len(cells)} cell(s) scored 0 ({shown})")
+        return found
 
     @property
     def correct(self) -> int:
@@ -118,17 +144,22 @@ def _returned_workbook(path: Path, top: Path) -> bool:
 
 
 def grade_file(path: Path, engine: str | None = None,
-               students: list[StudentRecord] | None = None) -> Grade:
+               students: list[StudentRecord] | None = None,
+               answers: str | None = None) -> Grade:
     """Grade one file: formula cells' values as saved (evaluated with `formulas` where the
     file has none) or, with `engine`, as that engine recalculates the file. With the
     class's `students` (its manifest), the student, inputs, steps and tolerance come from
-    there and every way the file differs is listed in `changes`."""
+    there, every way the file differs is listed in `changes`, and the answers are
+    recalculated on the recorded and fresh inputs (`answers.score_answers`; `answers`: the
+    answers taken, instead of the record's)."""
+    if answers is not None and answers not in ANSWER_MODES:
+        raise UserError(f"--answers must be one of {', '.join(ANSWER_MODES)}; got {answers!r}")
     grade = Grade(str(path), student=path.stem, verified=students is not None)
     try:
         if students is None:
             _grade(_Returned(path, engine), grade)
         else:
-            _grade_from_record(_Returned(path, engine), grade, students)
+            _grade_from_record(_Returned(path, engine), grade, students, answers)
     except UserError as exc:
         grade.problem = str(exc)
     except Exception as exc:  # a damaged file must not stop the batch
@@ -239,9 +270,10 @@ def _placement_changes(placement: Placement) -> list[str]:
 
 
 def _grade_from_record(returned: _Returned, grade: Grade,
-                       students: list[StudentRecord]) -> None:
+                       students: list[StudentRecord], answers: str | None = None) -> None:
     """The student, inputs, steps and tolerance from the teacher's record; the file gives
-    only the answers, and every way it differs from the record is noted."""
+    only the answers, each recalculated from the recorded and fresh inputs, and every way
+    it differs from the record is noted."""
     path, changes = returned.path, grade.changes
     named = by_file_name(students, path)
     file_inputs, digest = _inputs_as_recorded(returned, named, students)
@@ -265,10 +297,39 @@ def _grade_from_record(returned: _Returned, grade: Grade,
     changes += _about_changes(returned, record)
     placement = returned.placement(record.request())
     changes += _placement_changes(placement)
-    expected = kind.reference(recorded, params)
+    grade.answers = answers or record.answers
+    _score_recalculated(returned, placement, record, recorded, grade)
+
+
+def _score_recalculated(returned: _Returned, placement: Placement, record: StudentRecord,
+                        recorded: dict[str, np.ndarray], grade: Grade) -> None:
+    """Every step's answer cells recalculated from the recorded inputs and from fresh ones
+    (`answers.score_answers`); a step whose name points elsewhere scores 0."""
+    kind, params = record.kind_params()
+    sets = [recorded] + [complete_inputs(kind, params, {}, fresh_seed(record.seed, k))
+                         for k in range(1, FRESH_SETS + 1)]
+    with np.errstate(all="ignore"):
+        expected = [{name: np.asarray(block, float)
+                     for name, block in kind.reference(inputs, params).items()}
+                    for inputs in sets]
+    places = placement.places
+    inputs = [places[name] for name in kind.input_shapes(params)]
+    steps = {step: places[step] for step in record.steps
+             if step in places and step not in placement.misplaced}
+    reader = AnswerReader(returned.wb, inputs[0].sheet if inputs else "", KEY_SHEET, inputs,
+                          list(steps.values()))
+
+    def saved(sheet: str, row: int, col: int):
+        if returned.saved is None:
+            returned.saved = open_workbook(returned.path, data_only=True)
+        return returned.saved[sheet].cell(row, col).value
+
+    scores, tally = score_answers(
+        reader, lambda: reader.calculation(returned.path.name, recorded), inputs, steps,
+        AnswerSets(sets, expected), record.tolerance, grade.answers, saved)
     for step in record.steps:
-        _score(returned, placement, step, np.asarray(expected[step], float),
-               record.tolerance, grade)
+        grade.steps[step] = scores.get(step, (0, expected[0][step].size))
+    grade.typed, grade.formulas, grade.forged = tally.typed, tally.formulas, tally.forged
 
 
 def _inputs_as_recorded(returned: _Returned, named: StudentRecord | None,
@@ -352,18 +413,24 @@ def write_grades(grades: list[Grade], out: Path, force: bool) -> None:
         scored = g.returned and not g.problem
         cells = [f"{g.steps[s][0]}/{g.steps[s][1]}" if s in g.steps else "" for s in steps]
         score = f"{100 * g.correct / g.total:.1f}" if g.total and scored else ""
-        problem = (g.problem or "; ".join(g.changes + g.notes)) if g.returned \
+        problem = (g.problem or "; ".join(g.changes + g.findings + g.notes)) if g.returned \
             else "not returned"
         rows.append([g.student, g.name, g.file, g.kind, *cells,
                      g.correct if scored else "", g.total if scored else "", score,
-                     g.typed if scored else "", problem,
+                     g.typed if scored else "",
+                     g.formulas if scored and g.answers else "",
+                     *[len(g.forged.get(reason, [])) if scored and g.answers else ""
+                       for reason in FORGED],
+                     g.answers, problem,
                      "yes" if g.verified else "no (no manifest)"])
     write_csv(out, ["student", "name", "file", "kind", *steps, "correct", "total", "score",
-                    "typed values", "problem", "verified"], rows, force)
+                    "typed values", "formula answers", *FORGED, "answers taken", "problem",
+                    "verified"], rows, force)
 
 
 def grade_all(paths: list[Path], out: Path | None, force: bool,
-              engine: str | None = None, manifest: Path | None = None) -> list[Grade]:
+              engine: str | None = None, manifest: Path | None = None,
+              answers: str | None = None) -> list[Grade]:
     """Grade every file (a file that cannot be graded gets a row with its problem), and
     write the CSV when asked. `engine`: recalculate formula cells with it (see grade_file).
     `manifest`: the class's manifest.json (or its folder), against which every file is
@@ -371,7 +438,18 @@ def grade_all(paths: list[Path], out: Path | None, force: bool,
     nothing has one (`returned` False), and the original of a copied file lists the copies
     (`copied_into`). A file named more than once is graded once; of a student's files the
     first is counted in a summary and lists the others (`also`), which are marked
-    `same_as` it."""
+    `same_as` it. `answers`: the answers taken (`answers.ANSWER_MODES`), instead of what
+    the manifest records; only with it, whose files are always recalculated (by the
+    `formulas` engine: another `engine` is refused)."""
+    if answers is not None and answers not in ANSWER_MODES:
+        raise UserError(f"--answers must be one of {', '.join(ANSWER_MODES)}; got {answers!r}")
+    if answers is not None and manifest is None:
+        raise UserError("--answers needs --manifest: the answers are recalculated on the "
+                        "inputs the class's record gave each student")
+    if manifest is not None and engine not in (None, "formulas"):
+        raise UserError(f"--engine {engine} cannot grade with --manifest: every file is "
+                        f"recalculated by the formulas engine on the recorded and fresh "
+                        f"inputs (--engine is for grading without a manifest)")
     students = read_record(manifest) if manifest is not None else None
     files = collect_files(paths)
     if out is not None and out.exists() and not force:  # refuse before the work
@@ -383,7 +461,7 @@ def grade_all(paths: list[Path], out: Path | None, force: bool,
     for path in files:
         unique.setdefault(path.resolve(), path)
     files = list(unique.values())
-    grades = [grade_file(path, engine, students) for path in files]
+    grades = [grade_file(path, engine, students, answers) for path in files]
     counted: dict[str, Grade] = {}
     for path, grade in zip(files, grades, strict=True):
         grade.given = given[path.resolve()]

@@ -24,6 +24,7 @@ from workbook_builder.errors import UserError
 from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import complete_inputs, make_params
 from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
+from workbook_builder.teaching.answers import ANSWER_MODES
 
 RECORD = "manifest.json"
 SHARED = "manifest_inputs.npz"  # inputs given to every student (a checkpoint's weights)
@@ -61,6 +62,9 @@ class StudentRecord:
     # whether the exercise has its self-check table (it sets where the blocks start);
     # manifests written before it was recorded always had one
     self_check: bool = True
+    # the answers the class takes (answers.ANSWER_MODES); manifests written before it was
+    # recorded took typed values and formulas alike
+    answers: str = "either"
     # the inputs every student shares, from SHARED (not in the JSON)
     shared: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
@@ -92,10 +96,10 @@ class StudentRecord:
 
 def student_record(student: str, name: str, file: str, key_file: str, seed: int, kind: str,
                    params: dict, layout: str, tokens: list[str], exercise: ExerciseSpec,
-                   inputs: dict[str, np.ndarray]) -> StudentRecord:
+                   inputs: dict[str, np.ndarray], answers: str = "either") -> StudentRecord:
     return StudentRecord(student, name, file, key_file, seed, kind, params, layout,
                          list(tokens), tuple(exercise.steps), exercise.tolerance,
-                         inputs_digest(inputs), exercise.self_check)
+                         inputs_digest(inputs), exercise.self_check, answers)
 
 
 def write_record(path: Path, students: list[StudentRecord],
@@ -155,6 +159,9 @@ def read_record(path: Path) -> list[StudentRecord]:
                                      "tolerance": float(entry["tolerance"]),
                                      "self_check": entry.get("self_check", True) is True})
                     for entry in data["students"]]
+        for student in students:
+            if student.answers not in ANSWER_MODES:
+                raise ValueError(f"answers {student.answers!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{path}: a student entry of the manifest is damaged ({exc})") \
             from None
