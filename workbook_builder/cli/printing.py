@@ -92,6 +92,8 @@ def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
             steps = "  ".join(f"{s} {c}/{t}" for s, (c, t) in g.steps.items())
             typed = f"  typed values {g.typed}/{g.total}" if g.typed else ""
             changed = f"  CHANGED: {printable('; '.join(g.changes))}" if g.changes else ""
+            changed += "  FORGED: " + ", ".join(f"{reason} {len(cells)}" for reason, cells
+                                                in g.forged.items()) if g.forged else ""
             changed += f"  ({printable('; '.join(g.notes))})" if g.notes else ""
             lines.append(f"{who}  {g.correct}/{g.total} "
                          f"({100 * g.correct / g.total:.0f}%)  {steps}{typed}{changed}")
@@ -116,6 +118,9 @@ def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
     typed = sum(g.typed > 0 for g in graded)
     if typed:
         summary += f"; typed values in {typed} file(s)"
+    forged = sum(bool(g.forged) for g in graded)
+    if forged:
+        summary += f"; forged answers (scored 0) in {forged} file(s)"
     if grades and all(g.verified for g in grades):
         summary += (f"; verified against the manifest, {sum(bool(g.changes) for g in graded)}"
                     f" file(s) differ from it")
