@@ -316,3 +316,60 @@ def test_an_honest_file_saved_by_gnumeric_keeps_full_marks(exercise, tmp_path):
     grade = graded(exercise, saved, "formulas")
     assert (grade.correct, grade.formulas, grade.forged, grade.problem) == \
         (cells, cells, {}, "")
+
+
+def test_a_formula_reading_the_key_through_other_cells_or_names_is_named(exercise, tmp_path):
+    """The key read through a scratch cell on the sheet, a defined name, or a hidden sheet
+    the student added (holding the answers typed): each answer formula reads the key."""
+    kind, _, path, answers = exercise
+    cells = cells_of(exercise)
+    wb = openpyxl.load_workbook(path)
+    scratch_col = wb[find_name(wb, next(iter(answers)), path).sheet].max_column + 2
+    hidden = wb.create_sheet("Notes")
+    hidden.sheet_state = "hidden"
+    n = 0
+    for step, i, j, cell in answer_cells(wb, answers, path):
+        n += 1
+        ws = cell.parent
+        scratch = ws.cell(n, scratch_col)  # =Key!…, read by the answer
+        scratch.value = f"={KEY_SHEET}!{cell.coordinate}*1"
+        hidden.cell(n, 1).value = float(answers[step][i, j])
+        cell.value = {0: f"={scratch.coordinate}",
+                      1: f"=Notes!A{n}",
+                      2: f"=KEYCOPY_{n}"}[n % 3]
+        wb.defined_names[f"KEYCOPY_{n}"] = openpyxl.workbook.defined_name.DefinedName(
+            f"KEYCOPY_{n}", attr_text=f"'{KEY_SHEET}'!${cell.column_letter}${cell.row}")
+    book = tmp_path / f"{kind}_s1.xlsx"
+    wb.save(book)
+    grade = graded(exercise, book, "either")
+    assert grade.correct == 0 and {r: len(c) for r, c in grade.forged.items()} == \
+        {READS_KEY: cells}
+    assert "sheet 'Notes' added" in " ".join(grade.changes)
+
+
+def test_an_honest_file_of_array_formulas_keeps_full_marks(tmp_path):
+    """The blocks layout: one array formula over each answer block, as its key has it."""
+    out = make_class(tmp_path, "attention", "--layout", "blocks")
+    entry = json.loads((out / "manifest.json").read_text())["students"][0]
+    wb = openpyxl.load_workbook(out / entry["file"])
+    key = wb[KEY_SHEET]
+    for step in EXERCISES["attention"][2]:
+        where = find_name(wb, step, out)
+        formula = key.cell(where.top, where.left).value
+        assert isinstance(formula, ArrayFormula)
+        ref = f"{cell_ref(where.top, where.left)}:{cell_ref(where.bottom, where.right)}"
+        wb[where.sheet][cell_ref(where.top, where.left)] = ArrayFormula(ref, formula.text)
+    book = tmp_path / entry["file"]
+    wb.save(book)
+    grade = api.grade_file(book, None, api.read_record(out), "formulas")
+    assert (grade.correct, grade.total, grade.formulas, grade.forged) == (15, 15, 15, {})
+
+
+def test_answers_and_engine_flags_that_cannot_apply_are_one_line(exercise, tmp_path):
+    _, out, path, _ = exercise
+    for args, says in [(("--answers", "formulas"), "--answers needs --manifest"),
+                       (("--manifest", out, "--engine", "libreoffice"),
+                        "cannot grade with --manifest")]:
+        ran = cli("grade", path, *args)
+        assert ran.returncode == 2 and says in ran.stderr
+        assert len(ran.stderr.strip().splitlines()) == 1
