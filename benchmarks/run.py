@@ -63,7 +63,7 @@ def minilm_encoder_case() -> Case:
     """The whole all-MiniLM-L6-v2 encoder (6 layers, ~22 M input cells, the 30,522 × 384
     word embeddings on a sheet of their own) on two sentences, once the `encoder` kind
     exists."""
-    from workbook_builder.demo import MINILM_PIP, SEED_SENTENCE, minilm_zip
+    from workbook_builder.models.examples import MINILM_PIP, SEED_SENTENCE, minilm_zip
 
     zipped = minilm_zip()
     return Case("MiniLM encoder, 6 layers, two sentences", "encoder",
@@ -286,17 +286,46 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
             "together_ratio": statistics.median(together_ratios) if together_ratios else None}
 
 
-def measure_class(repeat: int, work: Path, tool: list[str]) -> dict:
+def answer_like_the_key(out: Path, returned: Path) -> None:
+    """Every exercise of the class at `out` answered as a student who computes: each answer
+    cell holds the formula its hidden key has there, saved (without values) in
+    `returned`."""
+    import json
+
+    import openpyxl
+
+    from workbook_builder.sheet.exercise import KEY_SHEET
+    from workbook_builder.sheet.names import find_name
+
+    returned.mkdir()
+    for entry in json.loads((out / "manifest.json").read_text())["students"]:
+        wb = openpyxl.load_workbook(out / entry["file"])
+        key = wb[KEY_SHEET]
+        for step in entry["steps"]:
+            where = find_name(wb, step, out)
+            for i in range(where.shape[0]):
+                for j in range(where.shape[1]):
+                    wb[where.sheet].cell(where.top + i, where.left + j).value = \
+                        key.cell(where.top + i, where.left + j).value
+        wb.save(returned / entry["file"])
+
+
+def measure_class(repeat: int, work: Path, tool: list[str]) -> list[dict]:
+    """The class row (`class` of CLASS_SIZE students) and its grade row (`grade --manifest`
+    of every exercise answered with formulas: each recalculated on the recorded and fresh
+    inputs)."""
     case = Case(f"class of {CLASS_SIZE}, attention n=4 d=4", "attention", (), "cells",
                 "workbooks + keys + verification < 60 s")
+    graded = Case(f"grade --manifest of {CLASS_SIZE} attention n=4 d=4 files answered with "
+                  f"formulas", "attention", (), "cells", "≤ 2× the grade from saved values")
     probe = subprocess.run([*tool, "class", "--help"], capture_output=True, text=True,
                            env=checkout_env())
     if probe.returncode != 0:
-        return {"case": case, "skipped": "`attnsheets class` not built yet"}
+        return [{"case": case, "skipped": "`attnsheets class` not built yet"}]
     roster = work / "roster.csv"
     roster.write_text("id,name\n" + "".join(f"s{i:03d},Student {i}\n"
                                               for i in range(CLASS_SIZE)))
-    times, peaks = [], []
+    times, peaks, grade_times, grade_peaks = [], [], [], []
     for r in range(repeat):
         out = work / f"class{r}"
         seconds, peak, _ = run_measured([*tool, "class", "attention", "--roster", str(roster),
@@ -304,8 +333,16 @@ def measure_class(repeat: int, work: Path, tool: list[str]) -> dict:
                                         work)
         times.append(seconds)
         peaks.append(peak)
-    return {"case": case, "cells": None, "build": statistics.median(times), "check": None,
-            "peak": max(peaks), "lo": None}
+        returned = work / f"returned{r}"
+        answer_like_the_key(out, returned)
+        seconds, peak, _ = run_measured([*tool, "grade", str(returned), "--manifest",
+                                         str(out)], work)
+        grade_times.append(seconds)
+        grade_peaks.append(peak)
+    return [{"case": case, "cells": None, "build": statistics.median(times), "check": None,
+             "peak": max(peaks), "lo": None},
+            {"case": graded, "cells": None, "build": None,
+             "check": statistics.median(grade_times), "peak": max(grade_peaks), "lo": None}]
 
 
 def table(rows: list[dict], repeat: int) -> str:
@@ -371,7 +408,7 @@ def main() -> int:
             rows.append(measure(case, args.repeat, work, tool))
             print("\n".join(table(rows[-1:], args.repeat).splitlines()[4:]), flush=True)
         if not args.only or "class" in args.only:
-            rows.append(measure_class(args.repeat, work, tool))
+            rows += measure_class(args.repeat, work, tool)
     text = table(rows, args.repeat)
     print("\n" + text)
     args.out.write_text("# Benchmark results\n\n" + text + "\n")
