@@ -373,3 +373,16 @@ def test_answers_and_engine_flags_that_cannot_apply_are_one_line(exercise, tmp_p
         ran = cli("grade", path, *args)
         assert ran.returncode == 2 and says in ran.stderr
         assert len(ran.stderr.strip().splitlines()) == 1
+
+
+def test_a_formula_the_engine_cannot_read_scores_0_and_the_rest_is_graded(exercise,
+                                                                          tmp_path):
+    kind = exercise[0]
+    book = honest(exercise, tmp_path / f"{kind}_s1.xlsx")
+    wb = openpyxl.load_workbook(book)
+    *_, (_, _, _, last) = answer_cells(wb, exercise[3], book)  # no answer reads it
+    last.value = "=1+"
+    wb.save(book)
+    grade = graded(exercise, book, "formulas")
+    assert (grade.problem, grade.correct, grade.total) == ("", cells_of(exercise) - 1,
+                                                           cells_of(exercise))

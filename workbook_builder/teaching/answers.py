@@ -34,6 +34,8 @@ from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder.engines.formulas_engine import FormulasModel
+from workbook_builder.engines.internals.of_formulas import readable_formula
+from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.names import NamedRange
 from workbook_builder.sheet.refs import cell_ref, column_number, name_destinations, parse_range
@@ -305,7 +307,24 @@ class AnswerReader:
                                                                     c - block.left])
         for title in sorted(self.hidden):
             wb.remove(wb[title])
-        return FormulasModel(wb, book, bounded=True)
+        try:
+            return FormulasModel(wb, book, bounded=True)
+        except UserError:  # a formula the engine cannot read: that cell computes nothing
+            if not self._clear_unreadable():
+                raise
+            return FormulasModel(wb, book, bounded=True)
+
+    def _clear_unreadable(self) -> bool:
+        """Clear every formula the engine cannot parse (`=1+`); whether there was one."""
+        cleared = False
+        for ws in self.wb.worksheets:
+            for cell in stored_cells(ws):
+                value = cell.value
+                text = value.text if isinstance(value, ArrayFormula) else value
+                if is_formula_cell(cell) and isinstance(text, str) and \
+                        not readable_formula(text):
+                    cell.value, cleared = None, True
+        return cleared
 
 
 @dataclass
