@@ -386,3 +386,29 @@ def test_a_formula_the_engine_cannot_read_scores_0_and_the_rest_is_graded(exerci
     grade = graded(exercise, book, "formulas")
     assert (grade.problem, grade.correct, grade.total) == ("", cells_of(exercise) - 1,
                                                            cells_of(exercise))
+
+
+@pytest.mark.parametrize("order", [("C1", "D1", "E1"), ("E1", "D1", "C1"), ("D1", "E1", "C1")])
+def test_a_formula_is_followed_through_every_path_to_the_key(order):
+    """Diamonds of references, the key at the far end of one path: whatever the cells'
+    places, the answer reads the key, and a cell on a cycle adds nothing."""
+    from workbook_builder.sheet.names import NamedRange
+    from workbook_builder.teaching.answers import AnswerReader
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Sheet"
+    wb.create_sheet(KEY_SHEET).sheet_state = "veryHidden"
+    first, second, third = order
+    ws["A1"] = 1.0  # the input
+    ws["B1"] = f"={first}+{second}"  # the answer
+    ws[first] = f"={second}*{third}"
+    ws[second] = f"={third}+A1"
+    ws[third] = f"='{KEY_SHEET}'!A1"
+    ws["F1"] = "=G1+A1"  # a cycle reading the input
+    ws["G1"] = "=F1"
+    ws["H1"] = "=F1"
+    inputs = [NamedRange("X", "Sheet", 1, 1, 1, 1)]
+    reader = AnswerReader(wb, KEY_SHEET, inputs, [NamedRange("A", "Sheet", 1, 2, 1, 2)])
+    assert reader.follow("Sheet", 1, 2) == (READS_KEY, True)
+    assert reader.follow("Sheet", 1, 8) == (None, True)

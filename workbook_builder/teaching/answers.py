@@ -118,9 +118,9 @@ class AnswerReader:
     """A returned workbook's formulas, followed: for any cell, whether what it computes
     reads the key, another file, and any input cell."""
 
-    def __init__(self, wb: Workbook, main: str, key_sheet: str | None,
-                 inputs: list[NamedRange], answer_blocks: list[NamedRange]):
-        self.wb, self.main = wb, main
+    def __init__(self, wb: Workbook, key_sheet: str | None, inputs: list[NamedRange],
+                 answer_blocks: list[NamedRange]):
+        self.wb = wb
         self.titles = {ws.title.upper(): ws.title for ws in wb.worksheets}
         # the answer key: the exercise's key sheet in any state, and every hidden sheet
         self.hidden = {ws.title for ws in wb.worksheets if ws.sheet_state != "visible"}
@@ -173,6 +173,7 @@ class AnswerReader:
         self._names = {name.upper(): defined for name, defined in wb.defined_names.items()}
         self._memo: dict[tuple[str, int, int], tuple[str | None, bool]] = {}
         self._direct: dict[tuple[str, int, int], str | None] = {}
+        self._ref_memo: dict[tuple[str, int, int], list] = {}
 
     def formula_at(self, sheet: str, row: int, col: int) -> tuple[int, int] | None:
         """The cell whose formula computes (row, col): its own, or its array formula's."""
@@ -230,34 +231,43 @@ class AnswerReader:
         if start is None:
             return None, False
         root = (sheet, *start)
-        if root in self._memo:
-            return self._memo[root]
-        # depth first, without recursion (a chain down a sheet can be thousands long)
-        order, seen, stack = [], {root}, [root]
+        # depth first in post-order, without recursion (a chain down a sheet can be
+        # thousands long); a cell met again on its own path closes a cycle (the engine
+        # leaves such cells without a value): it adds nothing there
+        visiting: set[tuple[str, int, int]] = set()
+        stack = [(root, False)]
         while stack:
-            node = stack.pop()
-            order.append(node)
-            if node in self._memo or self.direct_reason(*node):
-                continue
-            for where, box in self._references(node[0], self.formulas[node[0]][node[1:]]):
-                for cell in self._formula_cells_in(where, box):
-                    if cell not in seen:
-                        seen.add(cell)
-                        stack.append(cell)
-        for node in reversed(order):  # children before parents (cycles: best effort)
+            node, expanded = stack.pop()
             if node in self._memo:
                 continue
-            reason = self.direct_reason(*node)
-            reads_input = False
-            if reason is None:
-                for where, box in self._references(node[0], self.formulas[node[0]][node[1:]]):
-                    reads_input = reads_input or self._holds_input(where, box)
-                    for cell in self._formula_cells_in(where, box):
-                        child = self._memo.get(cell, (None, False))
-                        reason = reason or child[0]
-                        reads_input = reads_input or child[1]
-            self._memo[node] = reason, reads_input
+            if expanded:
+                reason, reads_input = self.direct_reason(*node), False
+                if reason is None:
+                    reads_input = any(self._holds_input(*ref) for ref in self._refs(node))
+                    for child in self._children(node):
+                        got = self._memo.get(child, (None, False))
+                        reason, reads_input = reason or got[0], reads_input or got[1]
+                self._memo[node] = reason, reads_input
+                continue
+            if node in visiting:
+                continue
+            visiting.add(node)
+            stack.append((node, True))
+            if self.direct_reason(*node) is None:
+                stack += [(child, False) for child in self._children(node)
+                          if child not in self._memo and child not in visiting]
         return self._memo[root]
+
+    def _refs(self, node: tuple[str, int, int]) -> list:
+        if node not in self._ref_memo:
+            self._ref_memo[node] = list(self._references(node[0],
+                                                         self.formulas[node[0]][node[1:]]))
+        return self._ref_memo[node]
+
+    def _children(self, node: tuple[str, int, int]) -> list[tuple[str, int, int]]:
+        """The formula cells the node's formula reads."""
+        return sorted({cell for where, box in self._refs(node)
+                       for cell in self._formula_cells_in(where, box)} - {node})
 
     def _formula_cells_in(self, sheet: str, box) -> list[tuple[str, int, int]]:
         top, left, bottom, right = box
@@ -273,7 +283,7 @@ class AnswerReader:
                 found.update((sheet, *cols[c]) for c in range(left, right + 1) if c in cols)
             else:
                 found.update((sheet, *a) for c, a in cols.items() if left <= c <= right)
-        return sorted(found)
+        return list(found)
 
     def _holds_input(self, sheet: str, box) -> bool:
         top, left, bottom, right = box

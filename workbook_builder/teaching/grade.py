@@ -316,8 +316,7 @@ def _score_recalculated(returned: _Returned, placement: Placement, record: Stude
     inputs = [places[name] for name in kind.input_shapes(params)]
     steps = {step: places[step] for step in record.steps
              if step in places and step not in placement.misplaced}
-    reader = AnswerReader(returned.wb, inputs[0].sheet if inputs else "", KEY_SHEET, inputs,
-                          list(steps.values()))
+    reader = AnswerReader(returned.wb, KEY_SHEET, inputs, list(steps.values()))
 
     def saved(sheet: str, row: int, col: int):
         if returned.saved is None:
