@@ -174,6 +174,7 @@ class AnswerReader:
         self._memo: dict[tuple[str, int, int], tuple[str | None, bool]] = {}
         self._direct: dict[tuple[str, int, int], str | None] = {}
         self._ref_memo: dict[tuple[str, int, int], list] = {}
+        self._in_range: dict[tuple[str, tuple], list[tuple[str, int, int]]] = {}
 
     def formula_at(self, sheet: str, row: int, col: int) -> tuple[int, int] | None:
         """The cell whose formula computes (row, col): its own, or its array formula's."""
@@ -270,6 +271,14 @@ class AnswerReader:
                        for cell in self._formula_cells_in(where, box)} - {node})
 
     def _formula_cells_in(self, sheet: str, box) -> list[tuple[str, int, int]]:
+        """The cells computed by formulas in the range (by the cell holding the formula);
+        many formulas read the same range (a row of a step, a whole block): found once."""
+        found = self._in_range.get((sheet, box))
+        if found is None:
+            found = self._in_range[(sheet, box)] = self._find_formula_cells(sheet, box)
+        return found
+
+    def _find_formula_cells(self, sheet: str, box) -> list[tuple[str, int, int]]:
         top, left, bottom, right = box
         rows = self.computed.get(sheet, {})
         found = set()

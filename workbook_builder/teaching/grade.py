@@ -159,7 +159,9 @@ def grade_file(path: Path, engine: str | None = None,
         if students is None:
             _grade(_Returned(path, engine), grade)
         else:
-            _grade_from_record(_Returned(path, engine), grade, students, answers)
+            # never the saved values (read only to name a stale one): inputs that hold
+            # formulas are evaluated
+            _grade_from_record(_Returned(path, "formulas"), grade, students, answers)
     except UserError as exc:
         grade.problem = str(exc)
     except Exception as exc:  # a damaged file must not stop the batch
