@@ -5,15 +5,18 @@ With the class's manifest (`manifest.json`, written by `class`), everything but 
 comes from the teacher's record: the student (matched by file name, else by the inputs),
 the inputs (drawn again from the recorded seed), the steps and the tolerance; each way a
 file differs from the record (edited inputs, tolerance or step list, another student's id)
-is reported. Without it, grading trusts the file: the right answers are recomputed with the
-NumPy reference from the inputs each file holds (as `check` does), never read from the
-file's hidden key, so a student who edited the key gains nothing (nor does its state
-matter: a file saved by Gnumeric has it visible). A cell counts as correct when it holds a
-number within the tolerance of the answer: a typed value, or a formula's value as Excel or
-LibreOffice saved it (files never opened in an application are evaluated with the
-`formulas` engine) or, when an engine is named, as that engine recalculates the file. Text,
-blanks and error values are wrong. Answers are from the inputs alone: a wrong WEIGHTS is
-not carried forward into OUTPUT, matching the in-sheet self-check.
+is reported, and every answer is recalculated on the recorded inputs and on fresh ones,
+never read from the values the file saved (`answers.py`: a copied, cached, disguised,
+key-reading or external answer scores 0 and is named). Without it, grading trusts the file: the
+right answers are recomputed with the NumPy reference from the inputs each file holds (as
+`check` does), never read from the file's hidden key, so a student who edited the key gains
+nothing (nor does its state matter: a file saved by Gnumeric has it visible). There a cell
+counts as correct when it holds a number within the tolerance of the answer: a typed value,
+or a formula's value as Excel or LibreOffice saved it (files never opened in an application
+are evaluated with the `formulas` engine) or, when an engine is named, as that engine
+recalculates the file. Text, blanks and error values are wrong. Answers are from the inputs
+alone: a wrong WEIGHTS is not carried forward into OUTPUT, matching the in-sheet
+self-check.
 """
 
 import collections
