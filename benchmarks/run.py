@@ -288,12 +288,15 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
 
 def answer_like_the_key(out: Path, returned: Path) -> None:
     """Every exercise of the class at `out` answered as a student who computes: each answer
-    cell holds the formula its hidden key has there, saved (without values) in
-    `returned`."""
+    cell holds the formula its hidden key has there, saved in `returned` with every
+    formula's value, as an application saves it (so a grade could read the values
+    instead of calculating)."""
     import json
 
     import openpyxl
 
+    from workbook_builder.engines.cached_values import store_values
+    from workbook_builder.engines.formulas_engine import evaluate_with_formulas
     from workbook_builder.sheet.exercise import KEY_SHEET
     from workbook_builder.sheet.names import find_name
 
@@ -307,7 +310,10 @@ def answer_like_the_key(out: Path, returned: Path) -> None:
                 for j in range(where.shape[1]):
                     wb[where.sheet].cell(where.top + i, where.left + j).value = \
                         key.cell(where.top + i, where.left + j).value
-        wb.save(returned / entry["file"])
+        raw = returned / f"raw-{entry['file']}"
+        wb.save(raw)
+        store_values(raw, returned / entry["file"], evaluate_with_formulas(raw))
+        raw.unlink()
 
 
 def measure_class(repeat: int, work: Path, tool: list[str]) -> list[dict]:
@@ -317,7 +323,8 @@ def measure_class(repeat: int, work: Path, tool: list[str]) -> list[dict]:
     case = Case(f"class of {CLASS_SIZE}, attention n=4 d=4", "attention", (), "cells",
                 "workbooks + keys + verification < 60 s")
     graded = Case(f"grade --manifest of {CLASS_SIZE} attention n=4 d=4 files answered with "
-                  f"formulas", "attention", (), "cells", "≤ 2× the grade from saved values")
+                  f"formulas, saved with values", "attention", (), "cells",
+                  "≤ 2× a grade that reads the saved values")
     probe = subprocess.run([*tool, "class", "--help"], capture_output=True, text=True,
                            env=checkout_env())
     if probe.returncode != 0:
