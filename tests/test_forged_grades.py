@@ -412,3 +412,16 @@ def test_a_formula_is_followed_through_every_path_to_the_key(order):
     reader = AnswerReader(wb, KEY_SHEET, inputs, [NamedRange("A", "Sheet", 1, 2, 1, 2)])
     assert reader.follow("Sheet", 1, 2) == (READS_KEY, True)
     assert reader.follow("Sheet", 1, 8) == (None, True)
+
+
+def test_a_formula_reading_a_deleted_key_is_named(exercise, tmp_path):
+    """Answer formulas reading the key (its name in lower case), the key sheet deleted
+    since: what they were written to read is still the key."""
+    formula, _, _ = FORGERIES["key"]
+    book = forge(exercise, tmp_path / "raw.xlsx", lambda s, i, j, cell, a:
+                 formula(s, i, j, cell, a).replace(f"'{KEY_SHEET}'", KEY_SHEET.lower()))
+    wb = openpyxl.load_workbook(book)
+    del wb[KEY_SHEET]
+    wb.save(book)
+    grade = graded(exercise, book, "either")
+    assert grade.correct == 0 and grade.forged.keys() == {READS_KEY}

@@ -122,10 +122,12 @@ class AnswerReader:
                  answer_blocks: list[NamedRange]):
         self.wb = wb
         self.titles = {ws.title.upper(): ws.title for ws in wb.worksheets}
-        # the answer key: the exercise's key sheet in any state, and every hidden sheet
+        # the answer key: the exercise's key sheet in any state (or deleted: a reference
+        # to it still says what it was written for), and every hidden sheet
         self.hidden = {ws.title for ws in wb.worksheets if ws.sheet_state != "visible"}
-        if key_sheet is not None and key_sheet in wb.sheetnames:
+        if key_sheet is not None:
             self.hidden.add(key_sheet)
+        self._hidden_upper = {title.upper() for title in self.hidden}
         self.inputs = inputs
         self.formulas: dict[str, dict[tuple[int, int], str]] = {}
         self.arrays: dict[str, list[tuple[int, int, int, int, int, int]]] = {}
@@ -194,12 +196,12 @@ class AnswerReader:
         if _UNFOLLOWED.search(text):
             return READS_KEY
         for match in _REFERENCE.finditer(text):
-            if match.group("sheet") and self._title(_sheet_of(match.group("sheet"))) \
-                    in self.hidden:
+            if match.group("sheet") and \
+                    _sheet_of(match.group("sheet")).upper() in self._hidden_upper:
                 return READS_KEY
         for match in _IDENTIFIER.finditer(text):
             defined = self._names.get(match.group("name").upper())
-            if defined is not None and any(self._title(s) in self.hidden
+            if defined is not None and any(s.upper() in self._hidden_upper
                                            for s, _ in name_destinations(defined)):
                 return READS_KEY
         return None
@@ -324,7 +326,7 @@ class AnswerReader:
                 if block.top <= r <= block.bottom and block.left <= c <= block.right:
                     wb[block.sheet].cell(r, c).value = float(values[r - block.top,
                                                                     c - block.left])
-        for title in sorted(self.hidden):
+        for title in sorted(self.hidden & set(wb.sheetnames)):
             wb.remove(wb[title])
         try:
             return FormulasModel(wb, book, bounded=True)
