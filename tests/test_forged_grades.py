@@ -425,3 +425,18 @@ def test_a_formula_reading_a_deleted_key_is_named(exercise, tmp_path):
     wb.save(book)
     grade = graded(exercise, book, "either")
     assert grade.correct == 0 and grade.forged.keys() == {READS_KEY}
+
+
+def test_typed_first_step_and_formulas_after_it_keep_full_marks(exercise, tmp_path):
+    """The first step typed (computed on paper), the second as formulas reading it: in the
+    fresh sets the typed numbers stand for the right ones, so the formulas are judged on
+    their own."""
+    kind, _, path, answers = exercise
+    key = openpyxl.load_workbook(path)[KEY_SHEET]
+    first, second = answers
+    book = forge(exercise, tmp_path / f"{kind}_s1.xlsx",
+                 lambda s, i, j, cell, a: a if s == first else
+                 key.cell(cell.row, cell.column).value)
+    grade = graded(exercise, book, "either")
+    assert (grade.correct, grade.typed, grade.formulas, grade.forged) == \
+        (cells_of(exercise), answers[first].size, answers[second].size, {})
