@@ -7,11 +7,12 @@ import openpyxl
 import pytest
 from helpers.books import evaluated_blocks
 from helpers.cli import cli, one_line_error
-from helpers.requires import requires_transformers
+from helpers.requires import requires_libreoffice, requires_transformers
 
 from reference.encoder import encoder_ref
 from workbook_builder import api
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.sheet.kind import make_params
 from workbook_builder.sheet.names import find_name
 
@@ -119,3 +120,152 @@ def test_an_edited_token_id_moves_the_embedding_and_check_follows(tmp_path):
 ])
 def test_impossible_parameters_are_one_line(tmp_path, flags, says):
     assert says in one_line_error(cli("build", "encoder", *flags, "-o", tmp_path / "e.xlsx"))
+
+
+# -- real checkpoints: sentence-transformers folders over BERT, RoBERTa and DistilBERT -------
+TEXTS = ["The cat sat on the mat.", "A dog ran quickly in the park."]
+
+
+def relative(got, exp) -> float:
+    return float(np.abs(np.asarray(got) - exp).max() / max(1.0, np.abs(exp).max()))
+
+
+def sentence_folder(tmp_path, family: str, pooling: str):
+    from helpers.models import save_sentence_encoder, sentence_encodings
+
+    folder = save_sentence_encoder(tmp_path / f"{family}-{pooling}", family, pooling)
+    return folder, *sentence_encodings(folder, TEXTS)
+
+
+def sheet_against_sentence_transformers(got: dict, embeddings, ids, states, what: str,
+                                        rtol: float) -> None:
+    """EMBEDDING(_2) = encode(text), OUTPUT_Ll(_2) = hidden_states[l], EMBEDDED(_2) =
+    hidden_states[0], SIMILARITY = the cosine of the two encodings; errors printed."""
+    errors = {}
+    for k, sfx in enumerate(("", "_2")):
+        assert np.asarray(got["TOKEN_IDS" + sfx])[:, 0].tolist() == ids[k]
+        errors["EMBEDDING" + sfx] = relative(np.asarray(got["EMBEDDING" + sfx])[0],
+                                             embeddings[k])
+        for layer, state in enumerate(states[k]):
+            name = ("EMBEDDED" if layer == 0 else f"OUTPUT_L{layer}") + sfx
+            errors[name] = relative(got[name], state)
+    a, b = embeddings
+    errors["SIMILARITY"] = relative(np.asarray(got["SIMILARITY"])[0, 0],
+                                    a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    worst = max(errors, key=errors.get)
+    print(f"{what}: largest relative difference {errors[worst]:.1e} ({worst})")
+    assert errors[worst] < rtol, (what, worst, errors[worst])
+
+
+@requires_transformers
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+def test_a_sentence_transformers_folder_gives_its_encodings(tmp_path, family, pooling):
+    """A random BERT, RoBERTa or DistilBERT (d = 10, 2 heads, 3 layers) with a
+    sentence-transformers head, mean or CLS pooling and Normalize: the reference from the
+    folder's inputs equals `encode` and every hidden state to 1e-12 relative, and so does
+    the sheet under the formulas engine (blocks layout)."""
+    folder, embeddings, ids, states = sentence_folder(tmp_path, family, pooling)
+    model = api.checkpoint_inputs("encoder", {}, folder, text=TEXTS[0], text2=TEXTS[1])
+    assert (model.params["pooling"], model.params["normalize"]) == (pooling, True)
+    params = make_params(api.get_kind("encoder"), model.params)
+    expected = encoder_ref(model.inputs, params)
+    sheet_against_sentence_transformers({**model.inputs, **expected}, embeddings, ids,
+                                        states, f"{family} {pooling} reference", 1e-12)
+    path = tmp_path / "encoder.xlsx"
+    book = api.build("encoder", path, checkpoint=folder, text=TEXTS[0], text2=TEXTS[1],
+                     layout="blocks")
+    names = ["TOKEN_IDS", "TOKEN_IDS_2", "EMBEDDING", "EMBEDDING_2", "SIMILARITY",
+             "EMBEDDED", "EMBEDDED_2",
+             *(f"OUTPUT_L{layer}{sfx}" for layer in (1, 2, 3) for sfx in ("", "_2"))]
+    got = evaluated_blocks(path, book.values, names)
+    sheet_against_sentence_transformers(got, embeddings, ids, states,
+                                        f"{family} {pooling} sheet (formulas)", 1e-12)
+    assert api.check(book).passed
+
+
+@requires_libreoffice
+@requires_transformers
+@pytest.mark.parametrize("family, pooling, layout", [
+    ("bert", "mean", "cells"), ("roberta", "cls", "blocks"), ("distilbert", "mean", "blocks")])
+def test_libreoffice_computes_the_same_encodings(tmp_path, family, pooling, layout):
+    """The same sheets recalculated by LibreOffice: equal to sentence-transformers and
+    transformers to 1e-12 relative."""
+    folder, embeddings, ids, states = sentence_folder(tmp_path, family, pooling)
+    path = tmp_path / "encoder.xlsx"
+    api.build("encoder", path, checkpoint=folder, text=TEXTS[0], text2=TEXTS[1],
+              layout=layout)
+    names = ["TOKEN_IDS", "TOKEN_IDS_2", "EMBEDDING", "EMBEDDING_2", "SIMILARITY",
+             "EMBEDDED", "EMBEDDED_2",
+             *(f"OUTPUT_L{layer}{sfx}" for layer in (1, 2, 3) for sfx in ("", "_2"))]
+    got = evaluated_blocks(path, evaluate_with_libreoffice(path), names)
+    sheet_against_sentence_transformers(got, embeddings, ids, states,
+                                        f"{family} {pooling} sheet (LibreOffice)", 1e-12)
+
+
+def with_head(tiny_bert, folder, modules, pooling=None, bert_config=None):
+    """A copy of the tiny BERT folder with a sentence-transformers head written by hand."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_bert, folder)
+    (folder / "modules.json").write_text(json.dumps(
+        [{"idx": k, "name": str(k), "path": path, "type": f"sentence_transformers.models.{t}"}
+         for k, (t, path) in enumerate(modules)]))
+    if pooling is not None:
+        (folder / "1_Pooling").mkdir()
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    if bert_config is not None:
+        (folder / "sentence_bert_config.json").write_text(json.dumps(bert_config))
+    return folder
+
+
+OLD_MEAN = {"word_embedding_dimension": 8, "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False}
+HEAD = [("Transformer", ""), ("Pooling", "1_Pooling"), ("Normalize", "2_Normalize")]
+
+
+@requires_transformers
+def test_the_folder_says_the_head(tiny_bert, tmp_path):
+    """all-MiniLM-L6-v2's older pooling switches read as mean pooling with Normalize; a
+    plain model folder (no modules.json) ends at the last hidden state."""
+    folder = with_head(tiny_bert, tmp_path / "st", HEAD, OLD_MEAN)
+    model = api.checkpoint_inputs("encoder", {}, folder, token_ids=[2, 4, 5, 3])
+    assert (model.params["pooling"], model.params["normalize"]) == ("mean", True)
+    plain = api.checkpoint_inputs("encoder", {}, tiny_bert, token_ids=[2, 4, 5, 3])
+    assert plain.params["pooling"] == "none" and "seq_len2" not in plain.params
+
+
+@requires_transformers
+@pytest.mark.parametrize("modules, pooling, bert_config, args, says", [
+    ([*HEAD[:2], ("Dense", "2_Dense")], OLD_MEAN, None, {},
+     "lists Transformer → Pooling → Dense; the encoder sheet computes"),
+    (HEAD, {"pooling_mode": "lasttoken"}, None, {}, "sets pooling_mode to 'lasttoken'"),
+    (HEAD, {**OLD_MEAN, "pooling_mode_cls_token": True}, None, {},
+     "turns on pooling_mode_mean_tokens, pooling_mode_cls_token"),
+    (HEAD[:1], None, None, {}, "lists Transformer; the encoder sheet computes"),
+    (HEAD, OLD_MEAN, {"max_seq_length": 3}, {},
+     "--text gives 4 tokens; the model's max_seq_length is 3"),
+    (HEAD, OLD_MEAN, None, {"layer": 1}, "--layer is encoder-block's"),
+    (HEAD, OLD_MEAN, None, {"token_ids": None}, "give --text or --token-ids"),
+    (HEAD, OLD_MEAN, None, {"layers": 5}, "--layers 5, but it has 2 layers"),
+])
+def test_what_the_sheet_does_not_compute_is_one_line(tiny_bert, tmp_path, modules, pooling,
+                                                     bert_config, args, says):
+    folder = with_head(tiny_bert, tmp_path / "st", modules, pooling, bert_config)
+    given = {"token_ids": [2, 4, 5, 3], **args}
+    sizes = {"layers": given.pop("layers")} if "layers" in given else {}
+    with pytest.raises(api.AttnsheetsError) as raised:
+        api.build("encoder", checkpoint=folder, layout="blocks", **given, **sizes)
+    assert says in str(raised.value)
+
+
+def test_a_second_text_is_the_encoders(tmp_path):
+    """Only the encoder takes a second text: other kinds have no such flag, and the API
+    says so in one line."""
+    with pytest.raises(api.AttnsheetsError, match="--text2 and --token-ids2 are for "
+                                                  "encoder, not gpt"):
+        api.build("gpt", checkpoint=tmp_path, token_ids=[1], token_ids2=[1])
+    assert "unrecognized arguments: --token-ids2" in one_line_error(
+        cli("build", "gpt", "--token-ids2", "1", "-o", tmp_path / "g.xlsx"))
