@@ -11,6 +11,8 @@ _L1 … _LL; a second text's blocks end in _2.
   POOLED = Σ_i h_L,i / n (mean over the attention mask, all ones for one text),
            h_L,0 (CLS) or max_i h_L,i (max)
   EMBEDDING = POOLED / max(‖POOLED‖₂, 1e-12) (Normalize), else POOLED
+  --focus r: FOCUS_ATTN_(l,h) = WEIGHTS_h,l[r−1]; FOCUS_WEIGHT its max; FOCUS_KEY the
+           first key (from 1) with it; FOCUS_KEY_ID that key's token id
   SIMILARITY = EMBEDDING·EMBEDDING_2 / (‖EMBEDDING‖·‖EMBEDDING_2‖)
   COST_HELD = L·H·n², COST_MACS = 2·L·n²·d (reference/cost.py's lengths)
 """
@@ -26,9 +28,9 @@ NORM_FLOOR = 1e-12  # sentence-transformers' Normalize: x / max(‖x‖, 1e-12)
 
 
 def sentence_steps(ids: np.ndarray, positions: np.ndarray, inputs: dict[str, np.ndarray],
-                   params) -> dict[str, np.ndarray]:
-    """One text through the embedding step, every layer and the head; names without the
-    text's suffix."""
+                   params, focus: int | None = None) -> dict[str, np.ndarray]:
+    """One text through the embedding step, every layer and the head (and where token
+    `focus` looks); names without the text's suffix."""
     steps = {"TOK_EMB": inputs["WORD_EMB"][ids.astype(int)]}
     steps["EMB_SUM"] = steps["TOK_EMB"] + positions + inputs["TYPE_EMB"]
     steps.update(layer_norm_steps(steps["EMB_SUM"], inputs["EMB_GAMMA"], inputs["EMB_BETA"],
@@ -44,6 +46,8 @@ def sentence_steps(ids: np.ndarray, positions: np.ndarray, inputs: dict[str, np.
         block = encoder_block_ref({**weights, "X": h}, layer_params)
         steps.update({name + sfx: value for name, value in block.items()})
         h = block["OUTPUT"]
+    if focus is not None:
+        steps.update(focus_steps(steps, ids, focus, params))
     if params.pooling == "none":
         return steps
     if params.pooling == "mean":    # Σ_i m_i h_i / max(Σ_i m_i, 1e-9), m = 1
@@ -58,6 +62,20 @@ def sentence_steps(ids: np.ndarray, positions: np.ndarray, inputs: dict[str, np.
     else:
         steps["EMBEDDING"] = steps["POOLED"].copy()
     return steps
+
+
+def focus_steps(steps: dict[str, np.ndarray], ids: np.ndarray, focus: int,
+                params) -> dict[str, np.ndarray]:
+    """Row r = focus − 1 of every layer's and head's WEIGHTS (rows l·H + h), its largest
+    weight, the first key (from 1) with it and that key's token id."""
+    r = focus - 1
+    attention = np.array([steps[f"WEIGHTS_H{h}_L{layer}"][r]
+                          for layer in range(1, params.layers + 1)
+                          for h in range(1, params.heads + 1)])
+    keys = attention.argmax(axis=1)  # the first of equal maxima, as MIN(IF(…))
+    return {"FOCUS_POS": np.arange(1, len(ids) + 1, dtype=float)[None, :],
+            "FOCUS_ATTN": attention, "FOCUS_WEIGHT": attention.max(axis=1, keepdims=True),
+            "FOCUS_KEY": (keys + 1.0)[:, None], "FOCUS_KEY_ID": ids[keys][:, None]}
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -76,7 +94,8 @@ def costs(params) -> dict[str, np.ndarray]:
 
 
 def encoder_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
-    steps = sentence_steps(inputs["TOKEN_IDS"][:, 0], inputs["POS_EMB"], inputs, params)
+    steps = sentence_steps(inputs["TOKEN_IDS"][:, 0], inputs["POS_EMB"], inputs, params,
+                           params.focus)
     steps.update(costs(params))
     if params.seq_len2 is None:
         return steps

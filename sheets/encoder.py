@@ -31,11 +31,13 @@ from sheets._blocks.norms import layer_norm, layer_norm_inputs
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import (
     BROADCAST,
+    Cell,
     Custom,
     Input,
     Kind,
     Map,
     Reduce,
+    Rows,
     Step,
     section,
 )
@@ -71,6 +73,11 @@ class EncoderParams:
     seq_len2: int | None = field(default=None, metadata={
         "help": "tokens of a second text, embedded by the same weights; its cosine "
                 "similarity with the first is a formula"})
+    focus: str | int | None = field(default=None, metadata={
+        "metavar": "TOKEN",
+        "help": "a token of the first text (its label, or its row from 1): per layer and "
+                "head, the key it attends to most and that weight, and a heatmap of its "
+                "attention"})
 
     @property
     def d_k(self) -> int:
@@ -189,6 +196,49 @@ def similarity() -> Step:
                 "and it follows.", row_labels=["text 1"], col_labels=["text 2"])
 
 
+def _layer_heads(p) -> list[str]:
+    return [f"L{layer} h{h}" for layer in range(1, p.layers + 1)
+            for h in range(1, p.heads + 1)]
+
+
+def focus_steps(p) -> list[Step]:
+    """Where the focus token r looks in every layer and head: its row of each WEIGHTS, the
+    largest weight and the key (from 1) and token id that has it."""
+    r, rows = p.focus - 1, p.layers * p.heads
+
+    def attention(i, j, env) -> str:
+        # FOCUS_ATTN_(l,h),j = WEIGHTS_Hh_Ll[r, j]
+        layer, h = divmod(i, p.heads)
+        return f"={env[f'WEIGHTS_H{h + 1}_L{layer + 1}'].cell(r, j)}"
+
+    def key(i, _, env) -> Cell:
+        # k = min{j : A_j = max_j A_j}: the first key with the largest weight
+        row = env["FOCUS_ATTN"].row(i)
+        return Cell(f"=MIN(IF({row}={env['FOCUS_WEIGHT'].cell(i, 0)},"
+                    f"{env['FOCUS_POS'].whole()}))", array=True)
+
+    def key_id(i, _, env) -> str:
+        return f"=INDEX({env['TOKEN_IDS'].whole()},{env['FOCUS_KEY'].cell(i, 0)},1)"
+
+    return [
+        Step("FOCUS_POS", "j = 1 … n", Custom(1, "seq_len", each=lambda _, j, env: f"={j + 1}"),
+             "The keys' positions, from 1.", row_labels=["key"], col_labels="tokens",
+             number_format="0"),
+        Step("FOCUS_ATTN", "A_(l,h) = WEIGHTS_h,l[r, ·]", Custom(rows, "seq_len",
+                                                                each=attention),
+             "The focus token's attention over the keys, one row per layer and "
+             "head.", row_labels=_layer_heads, col_labels="tokens", heatmap=True),
+        Step("FOCUS_WEIGHT", "max_j A_j", Rows("=MAX({A})", A="FOCUS_ATTN"),
+             "The largest weight of each head.", col_labels=["max"]),
+        Step("FOCUS_KEY", "k: A_k = max_j A_j", Custom(rows, 1, each=key),
+             "The key each head attends to most (its position from 1; the first on a tie).",
+             row_labels=_layer_heads, col_labels=["key"], number_format="0"),
+        Step("FOCUS_KEY_ID", "TOKEN_IDS[k]", Custom(rows, 1, each=key_id),
+             "That key's token id.", row_labels=_layer_heads, col_labels=["id"],
+             number_format="0"),
+    ]
+
+
 COST_SIZES = {"n": "seq_len", "d": "d_model", "H": "heads", "L": "layers"}
 COSTS = [
     # every layer's H attention matrices of n×n weights
@@ -213,7 +263,7 @@ class Encoder(Kind):
               TOKEN_IDS_2, POS_EMB_2]
     test_cases = [
         {"seq_len": 3, "d_model": 4, "heads": 2, "d_ff": 6, "layers": 2, "vocab": 10,
-         "normalize": True},
+         "normalize": True, "focus": 3},
         {"seq_len": 3, "d_model": 4, "heads": 2, "d_ff": 5, "layers": 1, "vocab": 7,
          "pooling": "cls", "normalize": True, "seq_len2": 2},
         {"seq_len": 2, "d_model": 2, "heads": 1, "d_ff": 3, "layers": 2, "vocab": 5,
@@ -223,7 +273,7 @@ class Encoder(Kind):
     ]
     demo_cases = [("encoder_two_texts", {"seq_len": 4, "d_model": 4, "heads": 2, "d_ff": 8,
                                          "layers": 2, "vocab": 12, "normalize": True,
-                                         "seq_len2": 3})]
+                                         "seq_len2": 3, "focus": 2})]
 
     @classmethod
     def validate(cls, p):
@@ -240,6 +290,10 @@ class Encoder(Kind):
             raise UserError(f"--pooling must be {', '.join(POOLINGS)}, got {p.pooling!r}")
         if not 0 < p.ln_eps < 1:
             raise UserError(f"--ln-eps must be a small positive number, got {p.ln_eps}")
+        if p.focus is not None and (isinstance(p.focus, str) or
+                                    not 1 <= p.focus <= p.seq_len):
+            raise UserError(f"--focus {p.focus} is not a token of the first text: give one "
+                            f"of its labels or its row, 1 … {p.seq_len}")
         if p.pooling == "none" and (p.normalize or p.seq_len2 is not None):
             raise UserError("--normalize and a second text need a pooled embedding: "
                             "--pooling none leaves the last hidden state as the answer")
@@ -249,6 +303,19 @@ class Encoder(Kind):
         if name.endswith("_GAMMA") or "_GAMMA_" in name:  # LayerNorm scales near 1
             return gamma_near_one(shape, rng)
         return super().random_input(name, shape, params, rng)
+
+    @classmethod
+    def resolve_tokens(cls, values, tokens):
+        """--focus TOKEN as its row: a number, or the first row of the first text whose
+        label it is (t1, t2, … without labels); else left for `validate` to refuse."""
+        focus = values.get("focus")
+        if not isinstance(focus, str):
+            return values
+        if focus.strip().isdigit():
+            return {**values, "focus": int(focus)}
+        n = values.get("seq_len", cls.Params.seq_len)
+        first = list(tokens)[:n] if tokens is not None else [f"t{i + 1}" for i in range(n)]
+        return {**values, "focus": first.index(focus) + 1} if focus in first else values
 
     @classmethod
     def sequence_length(cls, params) -> int:
@@ -267,6 +334,9 @@ class Encoder(Kind):
                     *embedding_sections(p)]
         for layer in range(1, p.layers + 1):
             sections += layer_sections(p, layer)
+        if p.focus is not None:
+            sections.append(section(f"Focus — where token {p.focus} looks, in every layer "
+                                    f"and head", focus_steps(p)))
         if p.pooling != "none":
             sections.append(section(f"The head — {p.pooling} pooling" +
                                     (", then Normalize" if p.normalize else "") +

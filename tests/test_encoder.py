@@ -269,3 +269,38 @@ def test_a_second_text_is_the_encoders(tmp_path):
         api.build("gpt", checkpoint=tmp_path, token_ids=[1], token_ids2=[1])
     assert "unrecognized arguments: --token-ids2" in one_line_error(
         cli("build", "gpt", "--token-ids2", "1", "-o", tmp_path / "g.xlsx"))
+
+
+@requires_transformers
+def test_the_focus_token_s_attention_is_transformers(tmp_path):
+    """--focus TOKEN: FOCUS_ATTN equals transformers' output_attentions for the token's row
+    in every layer and head, FOCUS_KEY its argmax (from 1), FOCUS_KEY_ID that key's id."""
+    import torch
+    from transformers import AutoModel
+
+    folder, _, ids, _ = sentence_folder(tmp_path, "bert", "mean")
+    book = api.build("encoder", checkpoint=folder, text=TEXTS[0], focus="cat",
+                     layout="blocks")
+    row = ids[0].index(7)  # "cat" in SENTENCE_WORDS
+    assert book.params.focus == row + 1
+    model = AutoModel.from_pretrained(folder, dtype=torch.float64,
+                                      attn_implementation="eager").eval()
+    with torch.no_grad():
+        attentions = model(torch.tensor([ids[0]]), output_attentions=True).attentions
+    exp = np.array([layer[0, h, row].numpy() for layer in attentions
+                    for h in range(layer.shape[1])])
+    got = api.read_blocks(book)
+    assert relative(got["FOCUS_ATTN"].to_numpy(), exp) < 1e-12
+    keys = exp.argmax(axis=1)
+    assert got["FOCUS_KEY"].to_numpy()[:, 0].tolist() == (keys + 1).tolist()
+    assert got["FOCUS_KEY_ID"].to_numpy()[:, 0].tolist() == [ids[0][k] for k in keys]
+    np.testing.assert_allclose(got["FOCUS_WEIGHT"].to_numpy()[:, 0], exp.max(axis=1),
+                               rtol=1e-12)
+
+
+def test_a_focus_token_not_in_the_text_is_one_line(tmp_path):
+    assert "--focus dog is not a token of the first text" in one_line_error(
+        cli("build", "encoder", "--tokens", "the,cat,sat,.", "--focus", "dog", "-o",
+            tmp_path / "e.xlsx"))
+    assert "give one of its labels or its row, 1 … 4" in one_line_error(
+        cli("build", "encoder", "--focus", "9", "-o", tmp_path / "e.xlsx"))

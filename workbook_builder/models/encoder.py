@@ -134,7 +134,9 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                    "pooling": head.pooling, "normalize": head.normalize})
     if second[0] is not None:
         params["seq_len2"] = len(second[0])
-    checked = loader._checked_params(kind, {**params, **explicit}, family, explicit)
+    checked = loader._checked_params(
+        kind, kind.resolve_tokens({**params, **explicit}, labels + (second[1] or [])), family,
+        explicit)
     inputs = _layer_weights(checkpoint, family, base, kind.input_shapes(checked),
                             checked.layers)
     inputs.update(_text_rows(checkpoint, family, base, ids, ""))
