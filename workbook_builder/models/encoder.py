@@ -16,6 +16,7 @@ from workbook_builder.errors import UserError
 from workbook_builder.models import loader
 from workbook_builder.models.families import ENCODERS
 from workbook_builder.models.files import Checkpoint, model_json, read_checkpoint
+from workbook_builder.models.onnx_graph import onnx_checkpoint
 from workbook_builder.registry import get_kind
 
 # modules.json types by their last name (sentence-transformers 2 … 6 spell the module path
@@ -105,7 +106,10 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     explicit = dict(explicit or {})
     path = Path(path)
     head = sentence_head(path)
-    checkpoint = read_checkpoint(path)
+    if path.suffix.lower() == ".onnx":  # an export: its graph gives what config.json would
+        checkpoint = onnx_checkpoint(path, explicit.get("heads"))
+    else:
+        checkpoint = read_checkpoint(path)
     family = loader._family(checkpoint, ENCODERS)
     base = loader._prefix(checkpoint, family, prefix)
     loader.refuse_unused_tensors(checkpoint, family, base, kind_name)
