@@ -273,6 +273,8 @@ def test_a_second_text_is_the_encoders(tmp_path):
         api.build("gpt", checkpoint=tmp_path, token_ids=[1], token_ids2=[1])
     assert "unrecognized arguments: --token-ids2" in one_line_error(
         cli("build", "gpt", "--token-ids2", "1", "-o", tmp_path / "g.xlsx"))
+    assert "--text2 and --token-ids2 need --checkpoint" in one_line_error(
+        cli("build", "encoder", "--token-ids2", "1", "-o", tmp_path / "e.xlsx"))
 
 
 @requires_transformers

@@ -325,7 +325,9 @@ def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path |
         raise UserError(f"--text2 and --token-ids2 are for {', '.join(TWO_TEXT_KINDS)}, "
                         f"not {kind}")
     if checkpoint is None:
-        if text is not None or ids is not None or layer or prefix is not None or second:
+        if second:
+            raise UserError("--text2 and --token-ids2 need --checkpoint")
+        if text is not None or ids is not None or layer or prefix is not None:
             raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
         return None
     from workbook_builder.models.loader import model_inputs
