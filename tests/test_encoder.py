@@ -273,7 +273,7 @@ def test_a_second_text_is_the_encoders(tmp_path):
         api.build("gpt", checkpoint=tmp_path, token_ids=[1], token_ids2=[1])
     assert "unrecognized arguments: --token-ids2" in one_line_error(
         cli("build", "gpt", "--token-ids2", "1", "-o", tmp_path / "g.xlsx"))
-    assert "--text2 and --token-ids2 need --checkpoint" in one_line_error(
+    assert "--text2, --token-ids2 and --tokenizer need --checkpoint" in one_line_error(
         cli("build", "encoder", "--token-ids2", "1", "-o", tmp_path / "e.xlsx"))
 
 
@@ -511,3 +511,25 @@ def test_all_minilm_l6_v2_reference_equals_sentence_transformers(tmp_path):
     expected = encoder_ref(model.inputs, params)
     sheet_against_sentence_transformers({**model.inputs, **expected}, embeddings, ids,
                                         states, "all-MiniLM-L6-v2 reference", 1e-12)
+
+
+@requires_onnx
+@requires_transformers
+def test_an_onnx_file_takes_its_tokenizer_from_tokenizer(tmp_path):
+    """An ONNX file has no tokenizer: --tokenizer FILE tokenises --text (rows labelled
+    with its tokens); without it --text is one line asking for --token-ids."""
+    path, _ = export_onnx(tmp_path, "bert")
+    folder, _, ids, _ = sentence_folder(tmp_path, "bert", "mean")
+    book = api.build("encoder", checkpoint=path, text=TEXTS[0],
+                     tokenizer=folder / "tokenizer.json", layout="blocks")
+    blocks = api.read_blocks(book)
+    assert blocks["TOKEN_IDS"].to_numpy()[:, 0].tolist() == ids[0]
+    assert list(blocks["TOKEN_IDS"].index)[:3] == ["[CLS]", "the", "cat"]
+    assert api.check(book).passed
+    with pytest.raises(api.AttnsheetsError, match="no tokenizer.json beside the weights; "
+                                                  "give --token-ids"):
+        api.build("encoder", checkpoint=path, text=TEXTS[0])
+    with pytest.raises(api.AttnsheetsError, match="none: no such tokenizer"):
+        api.build("encoder", checkpoint=path, text=TEXTS[0], tokenizer=tmp_path / "none")
+    with pytest.raises(api.AttnsheetsError, match="--tokenizer is for encoder, not gpt"):
+        api.build("gpt", checkpoint=path, token_ids=[1], tokenizer=tmp_path / "none")

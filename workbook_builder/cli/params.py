@@ -60,13 +60,16 @@ def add_checkpoint_flags(parser: argparse.ArgumentParser, kind_name: str) -> Non
                             "their cosine similarity is a formula")
         parser.add_argument("--token-ids2", metavar="ID,ID,…",
                             help="the second text's token ids (instead of --text2)")
+        parser.add_argument("--tokenizer", type=Path, metavar="FILE",
+                            help="a tokenizer.json for --text when the checkpoint has none "
+                                 "(an ONNX file)")
 
 
 def checkpoint_args(args) -> dict:
     """The checkpoint options of a build, for api.build."""
     if not hasattr(args, "checkpoint"):  # a kind no checkpoint fills
         return {}
-    second = {"text2": args.text2, "token_ids2": args.token_ids2} \
-        if hasattr(args, "text2") else {}
+    second = {"text2": args.text2, "token_ids2": args.token_ids2,
+              "tokenizer": args.tokenizer} if hasattr(args, "text2") else {}
     return {"checkpoint": args.checkpoint, "layer": args.layer, "prefix": args.prefix,
             "text": args.text, "token_ids": args.token_ids, **second}

@@ -12,10 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from workbook_builder.book.reading import read_bounded
 from workbook_builder.errors import UserError
 from workbook_builder.models import loader
 from workbook_builder.models.families import ENCODERS
-from workbook_builder.models.files import Checkpoint, model_json, read_checkpoint
+from workbook_builder.models.files import (
+    MAX_JSON_BYTES,
+    Checkpoint,
+    model_json,
+    read_checkpoint,
+)
 from workbook_builder.models.onnx_graph import onnx_checkpoint
 from workbook_builder.registry import get_kind
 
@@ -92,10 +98,12 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                    prefix: str | None = None, text: str | None = None,
                    token_ids: list[int] | None = None,
                    explicit: dict[str, Any] | None = None, text2: str | None = None,
-                   token_ids2: list[int] | None = None) -> loader.ModelInputs:
+                   token_ids2: list[int] | None = None,
+                   tokenizer: Path | None = None) -> loader.ModelInputs:
     """The `encoder` inputs of the checkpoint at `path`: its sizes, every layer, the whole
     word-embedding table, the rows of each text (--text/--token-ids, and
-    --text2/--token-ids2) and its head."""
+    --text2/--token-ids2, tokenised by the checkpoint's tokenizer.json or `tokenizer`) and
+    its head."""
     if layer:
         raise UserError("the encoder sheet holds every layer; --layer is encoder-block's")
     loader.check_request(text, token_ids, 0)
@@ -110,6 +118,9 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
         checkpoint = onnx_checkpoint(path, explicit.get("heads"))
     else:
         checkpoint = read_checkpoint(path)
+    if tokenizer is not None:  # wins over the one beside the weights
+        checkpoint.tokenizer_json = tokenizer_text(tokenizer)
+        checkpoint.tokenizer_problem = None
     family = loader._family(checkpoint, ENCODERS)
     base = loader._prefix(checkpoint, family, prefix)
     loader.refuse_unused_tensors(checkpoint, family, base, kind_name)
@@ -152,6 +163,15 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     note = (f"weights: {family.name} layers 0 … {checked.layers - 1} of {path.name}; "
             f"{head.note}; token ids {ids_text}{loader._positions_note(family)}")
     return loader.ModelInputs(params, inputs, labels + (second[1] or []), note)
+
+
+def tokenizer_text(path: Path) -> str:
+    """A tokenizer.json given by hand, read within the bound config files have."""
+    data = read_bounded(path, MAX_JSON_BYTES, "tokenizer")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def _layer_weights(checkpoint: Checkpoint, family, base: str,
