@@ -37,7 +37,9 @@ def test_a_page_carries_its_notes_and_is_written_where_asked(tmp_path):
 def documented_name(name: str) -> str:
     """SCORES_H2 is documented as SCORES_Hh, S_B3 as S_Bj, SCORES_D64 (a width) as
     SCORES_Dw, Q_T3 (a decoding step) as Q_Tt, a stacked block's SCORES_H2_L1 as
-    SCORES_Hh_Ll."""
+    SCORES_Hh_Ll, and a second text's SCORES_H2_L1_2 as SCORES_Hh_Ll_2."""
+    if re.search(r"_L\d+_2$", name):
+        return documented_name(name[:-2]) + "_2"
     layer = re.search(r"_L\d+$", name)
     if layer:
         return documented_name(name[:layer.start()]) + "_Ll"

@@ -65,6 +65,11 @@ CASES = {
                     "gelu": "exact", "ln_eps": 1e-12, "embeddings": True}),
     "encoder_block_n2_relu_cells": ("encoder-block", {"seq_len": 2, "d_model": 2, "heads": 1,
                                                       "d_ff": 1}, "cells"),
+    # two texts through two layers: the second text's layers read the first's weights;
+    # where token 2 looks in each layer
+    **both_layouts("encoder_n2_two_texts", "encoder",
+                   {"seq_len": 2, "d_model": 2, "heads": 1, "d_ff": 1, "layers": 2,
+                    "vocab": 3, "normalize": True, "seq_len2": 1, "focus": 2}),
     # a causal query row skips key block 2
     **both_layouts("flash_n3_causal", "flash",
                    {"seq_len": 3, "d_model": 1, "d_k": 1, "block_size": 2, "causal": True}),

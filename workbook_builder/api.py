@@ -145,7 +145,11 @@ def _taking_str_paths(function: Callable) -> Callable:
 # kinds whose family module reads its checkpoints itself (no heads; other tensors):
 # kind -> (module, function)
 OWN_READERS = {"mamba-block": ("workbook_builder.models.mamba", "model_inputs"),
-               "kv-cache": ("workbook_builder.models.kv_cache", "kv_cache_inputs")}
+               "kv-cache": ("workbook_builder.models.kv_cache", "kv_cache_inputs"),
+               "encoder": ("workbook_builder.models.encoder", "encoder_inputs")}
+# the kind that embeds a second text (--text2, --token-ids2) beside the first, and takes a
+# tokenizer.json from elsewhere (--tokenizer: an ONNX file has none)
+TWO_TEXT_KINDS = ("encoder",)
 CHECKPOINT_KINDS = (*KIND_FAMILIES, *OWN_READERS)
 # a real model's layer in the `cells` layout (one formula per cell, each reading a whole
 # row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
@@ -249,24 +253,28 @@ def build(kind: str, path: str | Path | None = None, *,
           max_cells: int = DEFAULT_MAX_CELLS,
           checkpoint: str | Path | None = None, layer: int = 0, prefix: str | None = None,
           text: str | None = None, token_ids: list[int] | str | None = None,
-          example: str | None = None, **sizes: Any) -> Book:
+          text2: str | None = None, token_ids2: list[int] | str | None = None,
+          tokenizer: str | Path | None = None, example: str | None = None,
+          **sizes: Any) -> Book:
     """A workbook of `kind`. Sizes are the kind's parameters (seq_len=…, d_k=…); sizes not
     given come from the inputs given, the tokens, then the defaults. Inputs not given are
     drawn from `seed`. With `path` the workbook is saved (atomically; replacing a file only
     with `force`). With `checkpoint` (a model folder, .zip, .safetensors, .pt/.bin or .npz)
     the weights of layer `layer` come from it and its config, and `text` (tokenised by its
-    tokenizer.json) or `token_ids` give X. `example` names one of the kind's presets
-    (`Kind.examples`): its sizes, inputs and tokens, each overridden by what is given by
-    hand; the book's `note` says where its numbers come from. A sheet beyond Excel's grid
-    or of more than `max_cells` cells, and inputs whose results overflow, are refused
-    before anything is built."""
+    tokenizer.json) or `token_ids` give X (`encoder`: the token ids; `text2` or
+    `token_ids2` a second text, embedded beside the first; `tokenizer` a tokenizer.json
+    for a checkpoint without one). `example` names one of the
+    kind's presets (`Kind.examples`): its sizes, inputs and tokens, each overridden by
+    what is given by hand; the book's `note` says where its numbers come from. A sheet
+    beyond Excel's grid or of more than `max_cells` cells, and inputs whose results
+    overflow, are refused before anything is built."""
     kind_class = get_kind(kind)
     if layout not in LAYOUTS:
         raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     labels_given = parse_tokens(tokens) if isinstance(tokens, str) else tokens
     given = {name: np.asarray(value, dtype=float) for name, value in (inputs or {}).items()}
     model = checkpoint_inputs(kind_class.name, sizes, checkpoint, layer, prefix, text,
-                              token_ids)
+                              token_ids, text2, token_ids2, tokenizer)
     preset = None
     if example is not None:
         if model is not None:
@@ -305,15 +313,28 @@ def build(kind: str, path: str | Path | None = None, *,
 
 def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path | None = None,
                       layer: int = 0, prefix: str | None = None, text: str | None = None,
-                      token_ids: list[int] | str | None = None) -> "ModelInputs | None":
+                      token_ids: list[int] | str | None = None, text2: str | None = None,
+                      token_ids2: list[int] | str | None = None,
+                      tokenizer: str | Path | None = None) -> "ModelInputs | None":
     """What a checkpoint gives a build of `kind` (parameters, inputs, labels, a note for
     the sheet), or None without one; `sizes` are the flags given by hand."""
-    ids = token_ids
-    if isinstance(token_ids, str):
+    ids, ids2 = token_ids, token_ids2
+    if isinstance(token_ids, str) or isinstance(token_ids2, str):
         from workbook_builder.models.loader import parse_token_ids
 
-        ids = parse_token_ids(token_ids)
+        ids = parse_token_ids(token_ids) if isinstance(token_ids, str) else token_ids
+        ids2 = parse_token_ids(token_ids2) if isinstance(token_ids2, str) else token_ids2
+    second = {} if text2 is None and ids2 is None else {"text2": text2, "token_ids2": ids2}
+    if tokenizer is not None:
+        if kind not in TWO_TEXT_KINDS:
+            raise UserError(f"--tokenizer is for {', '.join(TWO_TEXT_KINDS)}, not {kind}")
+        second["tokenizer"] = Path(tokenizer)
+    if second and kind not in TWO_TEXT_KINDS:
+        raise UserError(f"--text2 and --token-ids2 are for {', '.join(TWO_TEXT_KINDS)}, "
+                        f"not {kind}")
     if checkpoint is None:
+        if second:
+            raise UserError("--text2, --token-ids2 and --tokenizer need --checkpoint")
         if text is not None or ids is not None or layer or prefix is not None:
             raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
         return None
@@ -323,7 +344,7 @@ def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path |
     read = model_inputs if module is None else \
         getattr(importlib.import_module(module), function)
     return read(kind, checkpoint, layer=layer, prefix=prefix, text=text, token_ids=ids,
-                explicit=sizes)
+                explicit=sizes, **second)
 
 
 def check(path_or_book: str | Path | Book, engine: str = "formulas",

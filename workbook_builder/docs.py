@@ -30,7 +30,10 @@ NUMBERED = (("H", "Hh", "head h"), ("B", "Bj", "key block j"), ("D", "Dw", "widt
 
 def documented_name(name: str) -> str:
     """SCORES_H2 -> SCORES_Hh, S_B3 -> S_Bj, SCORES_D64 -> SCORES_Dw, Q_T3 -> Q_Tt, and a
-    stacked layer's SCORES_H2_L1 -> SCORES_Hh_Ll."""
+    stacked layer's SCORES_H2_L1 -> SCORES_Hh_Ll, a second text's SCORES_H2_L1_2 ->
+    SCORES_Hh_Ll_2."""
+    if re.search(r"_L\d+_2$", name):
+        return documented_name(name[:-2]) + "_2"
     layer = re.search(r"_L\d+$", name)
     if layer:
         return documented_name(name[:layer.start()]) + "_Ll"

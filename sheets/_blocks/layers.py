@@ -64,11 +64,16 @@ class Scoped(Formula):
     inner: Formula
     sfx: str
     renames: tuple[tuple[str, str], ...] = ()
+    sizes: tuple[tuple[str, str], ...] = ()  # size -> the parameter it is in this copy
 
     def _env(self, env: Env) -> Env:
         renames = dict(self.renames)
+        params = env.params
+        if self.sizes:  # a second text's layers: seq_len is its own length
+            params = dataclasses.replace(params, **{size: getattr(params, theirs)
+                                                    for size, theirs in self.sizes})
         return Env(_Scope(env.blocks, self.sfx, renames), _Scope(env.labels, self.sfx, renames),
-                   env.params, env.me, env.vectors)
+                   params, env.me, env.vectors)
 
     # a per-row formula stays a column the later formulas broadcast (declare.vector_kind)
     @property
@@ -99,16 +104,22 @@ class Scoped(Formula):
 
 
 def scoped_sections(sections: Sequence[Section], sfx: str, title: str,
-                    **reads: str) -> list[Section]:
+                    sizes: Mapping[str, str] | None = None,
+                    labels: Mapping[str, str] | None = None, **reads: str) -> list[Section]:
     """A layer's sections as layer `sfx` of a stack (e.g. "_L2"): step names take the
     suffix, formulas read the layer's own blocks (its inputs, declared with the same
     suffix) and, for each name=block of `reads`, that block where the layer reads `name`
-    (X="OUTPUT_L1": the layer below); section titles start with `title`."""
-    renames = tuple(reads.items())
+    (X="OUTPUT_L1": the layer below); section titles start with `title`. `sizes` maps a
+    size to the parameter it is in this copy and `labels` a label set to the one its steps
+    take (a second text: seq_len → seq_len2, tokens → tokens2)."""
+    renames, resized = tuple(reads.items()), tuple((sizes or {}).items())
+    relabel = dict(labels or {})
 
     def step(s: Step) -> Step:
-        return dataclasses.replace(s, name=s.name + sfx,
-                                   formula=Scoped(s.formula, sfx, renames))
+        rows = relabel.get(s.row_labels, s.row_labels) if isinstance(s.row_labels, str) \
+            else s.row_labels
+        return dataclasses.replace(s, name=s.name + sfx, row_labels=rows,
+                                   formula=Scoped(s.formula, sfx, renames, resized))
 
     def chart(c: Chart) -> Chart:
         series = tuple(dataclasses.replace(s, block=s.block + sfx) for s in c.series)

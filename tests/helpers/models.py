@@ -268,3 +268,103 @@ def tiny_checkpoints(folder: Path) -> dict[str, Path]:
             "gpt2": save_tiny_gpt2(folder / "tiny-gpt2"),
             "llama": save_llama(folder / "tiny-llama", LLAMA_SIZES),
             "mamba": save_mamba(folder / "tiny-mamba", MAMBA_SIZES)}
+
+
+SENTENCE_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "cat", "dog",
+                  "sat", "ran", "on", "mat", "park", "in", "quickly", "."]
+
+
+def save_sentence_encoder(folder: Path, family: str, pooling: str, normalize: bool = True,
+                          sizes: dict | None = None) -> Path:
+    """A random BERT, RoBERTa or DistilBERT made from its transformers config, saved with
+    save_pretrained beside a WordPiece tokenizer, then wrapped as a sentence-transformers
+    folder: Transformer → Pooling(`pooling`) (→ Normalize), saved with
+    `SentenceTransformer(modules=[…]).save`. LayerNorms and biases are moved off 1 and 0."""
+    import warnings
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordPiece
+    from tokenizers.normalizers import BertNormalizer
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+    from tokenizers.processors import TemplateProcessing
+    from transformers import (
+        BertConfig,
+        BertModel,
+        DistilBertConfig,
+        DistilBertModel,
+        PreTrainedTokenizerFast,
+        RobertaConfig,
+        RobertaModel,
+    )
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    from sentence_transformers.models import Normalize, Pooling, Transformer
+
+    sizes = {"d": 10, "heads": 2, "layers": 3, "ffn": 14, **(sizes or {})}
+    vocab = len(SENTENCE_WORDS)
+    if family == "bert":
+        config = BertConfig(vocab_size=vocab, hidden_size=sizes["d"],
+                            num_hidden_layers=sizes["layers"],
+                            num_attention_heads=sizes["heads"],
+                            intermediate_size=sizes["ffn"], max_position_embeddings=24)
+        model = BertModel(config, add_pooling_layer=False)
+    elif family == "roberta":
+        config = RobertaConfig(vocab_size=vocab, hidden_size=sizes["d"],
+                               num_hidden_layers=sizes["layers"],
+                               num_attention_heads=sizes["heads"],
+                               intermediate_size=sizes["ffn"], max_position_embeddings=26,
+                               pad_token_id=1, type_vocab_size=1)
+        model = RobertaModel(config, add_pooling_layer=False)
+    else:
+        config = DistilBertConfig(vocab_size=vocab, dim=sizes["d"], n_layers=sizes["layers"],
+                                  n_heads=sizes["heads"], hidden_dim=sizes["ffn"],
+                                  max_position_embeddings=24)
+        model = DistilBertModel(config)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for name, value in model.named_parameters():
+            value.normal_(0, 0.4)
+            if "LayerNorm" in name or "layer_norm" in name:
+                value.add_(1.0 if name.endswith("weight") else 0.0)
+    raw = folder / "transformer"
+    model.save_pretrained(raw)
+    words = Tokenizer(WordPiece({w: i for i, w in enumerate(SENTENCE_WORDS)},
+                                unk_token="[UNK]"))
+    words.normalizer = BertNormalizer(lowercase=True)
+    words.pre_tokenizer = BertPreTokenizer()
+    words.post_processor = TemplateProcessing(single="[CLS] $A [SEP]",
+                                              special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]", pad_token="[PAD]",
+                            cls_token="[CLS]", sep_token="[SEP]",
+                            mask_token="[MASK]").save_pretrained(raw)
+    transformer = Transformer(str(raw))
+    modules = [transformer, Pooling(transformer.get_word_embedding_dimension(),
+                                    pooling_mode=pooling)]
+    SentenceTransformer(modules=modules + ([Normalize()] if normalize else []),
+                        device="cpu").save(str(folder / "sentence"))
+    return folder / "sentence"
+
+
+def sentence_encodings(folder: Path, texts: list[str]):
+    """SentenceTransformer(folder).encode(texts) with the model in float64, and each
+    text's token ids and transformers' hidden_states (float64)."""
+    import warnings
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    encoder = SentenceTransformer(str(folder), device="cpu").double()
+    embeddings = encoder.encode(texts, convert_to_numpy=True)
+    model = AutoModel.from_pretrained(folder, dtype=torch.float64).eval()
+    ids, states = [], []
+    for text in texts:
+        tokens = encoder.tokenizer(text)["input_ids"]
+        with torch.no_grad():
+            out = model(torch.tensor([tokens]), output_hidden_states=True)
+        ids.append(tokens)
+        states.append([h[0].numpy() for h in out.hidden_states])
+    return np.asarray(embeddings, dtype=np.float64), ids, states

@@ -83,7 +83,7 @@ def resolve_params(kind: type[Kind], explicit: dict[str, Any],
         values.update(kind.params_from_tokens(tokens))
     values.update(kind.infer_params(given))
     values.update(explicit)
-    return make_params(kind, values)
+    return make_params(kind, kind.resolve_tokens(values, tokens))
 
 
 def write_workbook(request: BuildRequest, path: Path, *,

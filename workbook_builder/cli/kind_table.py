@@ -21,6 +21,8 @@ KIND_SUMMARIES = {
                      "MLP, residual",
     "encoder-block": "a whole Transformer encoder layer: MHA, residual, LayerNorm, FFN "
                      "(--pre-ln)",
+    "encoder": "a whole BERT-family sentence encoder: token ids, embeddings, L layers, "
+               "pooling, the embedding; two texts' similarity",
     "flash": "FlashAttention: blockwise online softmax (running max and sum), exact",
     "gpt": "a whole GPT: token ids, embeddings, L decoder blocks, logits, the next token",
     "kv-cache": "decoding token by token with a KV cache; equals causal attention; "

@@ -40,7 +40,7 @@ def explicit_params(kind: "type[Kind]", namespace) -> dict[str, Any]:
 
 def add_checkpoint_flags(parser: argparse.ArgumentParser, kind_name: str) -> None:
     """--checkpoint and what goes with it, for the kinds a real model's layer can fill."""
-    from workbook_builder.api import CHECKPOINT_KINDS
+    from workbook_builder.api import CHECKPOINT_KINDS, TWO_TEXT_KINDS
 
     if kind_name not in CHECKPOINT_KINDS:
         return
@@ -55,11 +55,21 @@ def add_checkpoint_flags(parser: argparse.ArgumentParser, kind_name: str) -> Non
                         "tokenizer.json (rows labelled with its tokens)")
     parser.add_argument("--token-ids", metavar="ID,ID,…",
                         help="X from these token ids (instead of --text)")
+    if kind_name in TWO_TEXT_KINDS:
+        parser.add_argument("--text2", help="a second text, embedded beside the first; "
+                            "their cosine similarity is a formula")
+        parser.add_argument("--token-ids2", metavar="ID,ID,…",
+                            help="the second text's token ids (instead of --text2)")
+        parser.add_argument("--tokenizer", type=Path, metavar="FILE",
+                            help="a tokenizer.json for --text when the checkpoint has none "
+                                 "(an ONNX file)")
 
 
 def checkpoint_args(args) -> dict:
     """The checkpoint options of a build, for api.build."""
     if not hasattr(args, "checkpoint"):  # a kind no checkpoint fills
         return {}
+    second = {"text2": args.text2, "token_ids2": args.token_ids2,
+              "tokenizer": args.tokenizer} if hasattr(args, "text2") else {}
     return {"checkpoint": args.checkpoint, "layer": args.layer, "prefix": args.prefix,
-            "text": args.text, "token_ids": args.token_ids}
+            "text": args.text, "token_ids": args.token_ids, **second}

@@ -33,6 +33,7 @@ SHARED, COST = "shared", "cost"
 BUILDS_ON: dict[str, tuple[str, ...]] = {
     "decoder-block": ("encoder-block",),
     "gpt": ("encoder-block", "decoder-block"),
+    "encoder": (COST, "encoder-block", "decoder-block", "gpt"),
     "mamba-block": (COST, "ssm"),
     "flash": (COST,), "linear": (COST,), "multihead": (COST,), "sliding-window": (COST,),
     "ssm": (COST,),

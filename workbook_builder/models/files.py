@@ -276,3 +276,42 @@ def _npz(path: Path) -> Checkpoint:
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise UserError(f"{path}: not a readable .npz ({exc})") from None
     return Checkpoint(str(path), {k: v.shape for k, v in arrays.items()}, arrays.__getitem__)
+
+
+def model_json(path: Path, relative: str) -> tuple[dict | list | None, str]:
+    """A JSON file of the model folder at `path` (a folder, or a zip of one: beside its
+    weights) by its path inside the folder ("modules.json", "1_Pooling/config.json"), and
+    where it was read; None when the folder has no such file."""
+    path = Path(path)
+    if path.is_dir():
+        where = path / relative
+        if not where.is_file():
+            return None, str(where)
+        return _json_value(read_bounded(where, MAX_JSON_BYTES, relative), str(where)), \
+            str(where)
+    if path.suffix.lower() != ".zip":
+        return None, str(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {PurePosixPath(n): n for n in archive.namelist()}
+            weights = sorted((p for p in members if p.name in WEIGHT_FILES),
+                             key=lambda p: (len(p.parts), WEIGHT_FILES.index(p.name)))
+            folder = weights[0].parent if weights else PurePosixPath("")
+            member = folder / relative
+            if member not in members:
+                return None, f"{path}!{member}"
+            where = f"{path}!{members[member]}"
+            return _json_value(read_member(archive, members[member], MAX_JSON_BYTES, where),
+                               where), where
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UserError(f"{path}: not a readable zip ({exc})") from None
+
+
+def _json_value(text: bytes | bytearray, where: str) -> dict | list:
+    """A JSON object or array (modules.json is an array)."""
+    try:
+        return json.loads(bytes(text))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{where}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{where}: not readable JSON (nested too deeply)") from None

@@ -173,6 +173,12 @@ class Kind:
         return {"seq_len": len(tokens)} if "seq_len" in names else {}
 
     @classmethod
+    def resolve_tokens(cls, values: dict[str, Any], tokens: list[str] | None) -> dict[str, Any]:
+        """Parameter values with any that names a token (`encoder --focus it`) made the
+        number the sheet needs, before the parameters are made."""
+        return values
+
+    @classmethod
     def sequence_length(cls, params) -> int:
         return params.seq_len
 
