@@ -39,6 +39,7 @@ from workbook_builder.sheet import (
     ByRow,
     Cell,
     Custom,
+    Example,
     Input,
     Kind,
     Map,
@@ -46,6 +47,7 @@ from workbook_builder.sheet import (
     Step,
     section,
 )
+from workbook_builder.sheet.kind import make_params
 
 MAX_LAYERS = 12  # the inputs of every possible layer are declared once
 ACTIVATIONS = ("relu", "gelu", "silu")
@@ -285,6 +287,28 @@ def decode_step(p, t: int) -> list:
                     probs, chosen)]
 
 
+# the tutorial's 我/爱/AI rows (../shared/seeds/000_*.txt, d = 2) as ids 3, 4, 5 of the
+# table, beside the special ids and two target words; every weight matrix the identity
+HAND_TABLE = [[0, 0], [-1, 0], [0, -1], [1, 0], [0, 1], [1, 1], [1, -1], [-1, 1]]
+HAND_SIZES = {"src_len": 3, "d_model": 2, "heads": 1, "d_ff": 2, "layers": 1,
+              "dec_layers": 1, "vocab": 8, "decode": 3}
+HAND_NOTE = ("example hand: the tutorial's 我/爱/AI embeddings [1,0], [0,1], [1,1] as ids "
+             "3, 4, 5 of WTE (0 pad, 1 start, 2 end); every weight matrix the identity, "
+             "biases 0, γ 1, β 0")
+
+
+def hand_example() -> Example:
+    params = make_params(Transformer, HAND_SIZES)
+    identity, zeros = [[1, 0], [0, 1]], [[0, 0]]
+    inputs = {"SRC_IDS": [[3], [4], [5]], "WTE": HAND_TABLE}
+    for name, (rows, cols) in Transformer.input_shapes(params).items():
+        if name in inputs:
+            continue
+        inputs[name] = [[1, 1]] if "_GAMMA" in name else zeros if rows == 1 else identity
+        assert (rows, cols) == (len(inputs[name]), 2), name
+    return Example(HAND_SIZES, inputs, ["我", "爱", "AI"], HAND_NOTE)
+
+
 # cost of attention as a function of the length n (the target as long as the source)
 COSTS = [
     Cost("COST_ENC", "L_e·2·n²·d", "={L_e}*2*{n}^2*{d}",
@@ -324,6 +348,7 @@ class Transformer(Kind):
          "pad_id": 0, "end_id": 1},
     ]
     demo_cases = [("transformer", {})]
+    examples = {"hand": lambda: hand_example()}
 
     @classmethod
     def validate(cls, p):

@@ -301,3 +301,17 @@ def test_a_class_on_the_cross_attention_weights_is_graded(tmp_path):
     cells = 2 * small["src_len"]
     assert f"{cells}/{cells} (100%)" in graded.stdout
     assert f"{cells - 1}/{cells}" in graded.stdout
+
+
+def test_the_hand_example_starts_from_the_tutorials_rows_and_checks(tmp_path):
+    """`--example hand`: the source rows are the tutorial's 我, 爱, AI embeddings, the
+    weights whole numbers, ENC_X their rows times √2 plus the sinusoid; check passes."""
+    path = tmp_path / "hand.xlsx"
+    book = api.build("transformer", path, example="hand")
+    got = evaluated_blocks(path, book.values, ["SRC_EMB", "ENC_X", "W_Q_E1", "CROSS_W_K_D1"])
+    assert got["SRC_EMB"].tolist() == [[1, 0], [0, 1], [1, 1]]
+    pe = np.array([[np.sin(p), np.cos(p)] for p in range(3)])
+    assert np.allclose(got["ENC_X"], got["SRC_EMB"] * np.sqrt(2) + pe, rtol=0, atol=1e-15)
+    assert all(float(v).is_integer() for v in got["W_Q_E1"].ravel())
+    assert api.check(book).passed
+    assert book.note.startswith("example hand: the tutorial's 我/爱/AI")
