@@ -6,7 +6,8 @@ Glossary: n source ids s_i, WTE the embedding table (vocab×d) shared by both st
 output layer; P = max(n, K) positions 0 … P−1; H heads of width d_k = d/H (contiguous column
 slices); LN(r) = (r − μ)/√(σ² + eps)·γ + β per row (biased σ²); act = ReLU, exact GELU or
 SiLU; c = √d (1 with no_scale).
-  POS = PE (sinusoidal: PE[p,2i] = sin(p/10000^(2i/d)), PE[p,2i+1] = cos(…)) or POS_EMB
+  POS = PE (sinusoidal: PE[p,2i] = sin(p/10000^(2i/d)), PE[p,2i+1] = cos(…); halves:
+        PE[p,i] = sin(…), PE[p,d/2+i] = cos(…)) or POS_EMB
   SRC_EMB_i = WTE[s_i];   ENC_X = c·SRC_EMB + POS[0 … n−1]
   encoder layer (post-LN): H1 = LN1(X + MHA(X));  OUTPUT = LN2(H1 + FFN(H1))
                 (pre-LN):  R1 = X + MHA(LN1(X));  OUTPUT = R1 + FFN(LN2(R1))
@@ -19,7 +20,9 @@ SiLU; c = √d (1 with no_scale).
                              OUTPUT = R2 + FFN(LN3(R2))
       SA causal over the prefix, CA(h): softmax((h·CROSS_W_Q + CROSS_B_Q)_h·CROSS_K_hᵀ/√d_k)·
       CROSS_V_h, heads concatenated, ·CROSS_W_O + CROSS_B_O
-    LOGITS = last row (pre-LN: of DEC_LNF) ·WTEᵀ (+ LOGITS_BIAS);  PROBS = softmax(LOGITS)
+    LOGITS = last row (pre-LN: of DEC_LNF) ·WTEᵀ (+ LOGITS_BIAS)
+    GEN_LOGITS = LOGITS with generate's banned ids at −10³⁰ (the pad id with ban_pad; all
+    but the end id at step K with forced_end);  PROBS = softmax(GEN_LOGITS or LOGITS)
     ARGMAX = the first id of the largest probability;  y_t = pad once the end id was chosen,
     else ARGMAX
   GENERATED = [y_1 … y_K]
@@ -166,7 +169,11 @@ def transformer_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
     steps: dict[str, np.ndarray] = {}
     if params.positions == "sinusoidal":
         steps["PE_ANGLE"] = sinusoidal_angles(positions, d, 10000)
-        steps["PE"] = sinusoidal_pe(steps["PE_ANGLE"])
+        if params.sinusoid == "halves":  # Marian: every sin, then every cos
+            steps["PE"] = np.concatenate([np.sin(steps["PE_ANGLE"]),
+                                          np.cos(steps["PE_ANGLE"])], axis=1)
+        else:
+            steps["PE"] = sinusoidal_pe(steps["PE_ANGLE"])
         pos = steps["PE"]
     else:
         pos = inputs["POS_EMB"]
@@ -213,6 +220,15 @@ def transformer_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
         if params.logits_bias:
             logits = logits + inputs["LOGITS_BIAS"]
         steps["LOGITS" + st] = logits
+        if params.processed:  # generate's bans: −10³⁰ for the ids it never chooses here
+            every_id = np.arange(params.vocab)
+            banned = np.zeros(params.vocab, bool)
+            if params.ban_pad:
+                banned |= every_id == params.pad_id
+            if params.forced_end and t == params.decode:
+                banned |= every_id != params.end_id
+            logits = np.where(banned, -1e30, logits)
+            steps["GEN_LOGITS" + st] = logits
         steps["LOGIT_MAX" + st] = logits.max(keepdims=True)
         steps["LOGIT_EXP" + st] = np.exp(logits - steps["LOGIT_MAX" + st])
         steps["LOGIT_SUM" + st] = steps["LOGIT_EXP" + st].sum(keepdims=True)

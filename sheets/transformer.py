@@ -1,7 +1,8 @@
 """Kind `transformer`: the whole encoder-decoder Transformer of the paper (Vaswani et al.
 2017), source ids to a greedy translation, every step a formula.
 
-    POS = PE (PE[p,2i] = sin(p/10000^(2i/d)), PE[p,2i+1] = cos(…)) or the input POS_EMB
+    POS = PE (PE[p,2i] = sin(p/10000^(2i/d)), PE[p,2i+1] = cos(…); --sinusoid halves:
+          PE[p,i] = sin(…), PE[p,d/2+i] = cos(…), as Marian) or the input POS_EMB
     SRC_EMB_i = INDEX(WTE, s_i + 1, ·)       ENC_X = SRC_EMB·√d + POS[0 … n−1]   (--no-scale: ·1)
     h_l = encoder layer l (h_{l−1})          encoder-block's steps, names ending _E1 … _EN
     ENC_OUTPUT = h_N (pre-LN: ENC_LNF(h_N))
@@ -12,7 +13,8 @@
       g_l = decoder layer l (g_{l−1}): causal self-attention, cross-attention over the
             encoder's keys and values, FFN, each with Add & Norm (pre-LN: norm first)
       LOGITS = last row of g_M (pre-LN: DEC_LNF(g_M))·WTEᵀ (+ LOGITS_BIAS)
-      PROBS = softmax(LOGITS);  ARGMAX = the smallest id of the largest probability
+      GEN_LOGITS = LOGITS, the ids generate bans at −10³⁰ (--ban-pad, --forced-end)
+      PROBS = softmax(GEN_LOGITS or LOGITS);  ARGMAX = the smallest id of the largest one
       NEXT_TOKEN = the pad id once the end id was chosen (FINISHED), else ARGMAX
     GENERATED = [NEXT_TOKEN_T1 … NEXT_TOKEN_TK]
 Each step recomputes its whole prefix (no KV cache). Typing another source id re-translates.
@@ -52,6 +54,7 @@ from workbook_builder.sheet.kind import make_params
 MAX_LAYERS = 12  # the inputs of every possible layer are declared once
 ACTIVATIONS = ("relu", "gelu", "silu")
 POSITIONS = ("sinusoidal", "learned")
+SINUSOIDS = ("interleaved", "halves")
 DECODER_WEIGHTS = tuple(decoder_layer_inputs())  # their plain names
 
 
@@ -78,6 +81,10 @@ class TransformerParams:
         "choices": list(POSITIONS),
         "help": "sinusoidal (the paper's sin/cos, live formulas) or learned (an input "
                 "table POS_EMB)"})
+    sinusoid: str = field(default="interleaved", metadata={
+        "choices": list(SINUSOIDS),
+        "help": "the sinusoid's columns: interleaved (the paper: sin, cos, sin, …) or halves "
+                "(Marian: every sin first, then every cos)"})
     no_scale: bool = field(default=False, metadata={
         "help": "leave the embeddings unscaled (the paper multiplies them by √d_model)"})
     logits_bias: bool = field(default=False, metadata={
@@ -86,7 +93,16 @@ class TransformerParams:
         "help": "the pad id, given by every step after the end id"})
     start_id: int = field(default=1, metadata={"help": "the decoder start id"})
     end_id: int = field(default=2, metadata={"help": "the end id (end of sentence)"})
+    ban_pad: bool = field(default=False, metadata={
+        "help": "never choose the pad id (generate's bad_words_ids [[pad]], as Marian's)"})
+    forced_end: bool = field(default=False, metadata={
+        "help": "the last step chooses the end id (generate's forced_eos_token_id)"})
     ln_eps: float = field(default=1e-5, metadata={"help": "LayerNorm's eps (PyTorch: 1e-05)"})
+
+    @property
+    def processed(self) -> bool:
+        """Whether the logits pass through generate's bans before the softmax."""
+        return self.ban_pad or self.forced_end
 
     @property
     def d_k(self) -> int:
@@ -137,28 +153,42 @@ def _embedded(emb: str, rows) -> ByRow:
     return ByRow(rows, "d_model", row)
 
 
-def _pe_cell(i, j, env):  # PE[pos,2i] = sin θ[pos,i], PE[pos,2i+1] = cos θ[pos,i]
-    return f"={'COS' if j % 2 else 'SIN'}({env['PE_ANGLE'].cell(i, j // 2)})"
+def _pe_cell(i, j, env):
+    angle = env["PE_ANGLE"]
+    if env.params.sinusoid == "halves":  # PE[pos,i] = sin θ[pos,i], PE[pos,d/2+i] = cos θ
+        half = env.params.d_model // 2
+        return f"={'COS' if j >= half else 'SIN'}({angle.cell(i, j % half)})"
+    # PE[pos,2i] = sin θ[pos,i], PE[pos,2i+1] = cos θ[pos,i]
+    return f"={'COS' if j % 2 else 'SIN'}({angle.cell(i, j // 2)})"
+
+
+def _pe_labels(p) -> list[str]:
+    if p.sinusoid == "halves":
+        half = p.d_model // 2
+        return [f"{'cos' if j >= half else 'sin'}{j % half}" for j in range(p.d_model)]
+    return [f"{'cos' if j % 2 else 'sin'}{j // 2}" for j in range(p.d_model)]
 
 
 def position_section(p):
     if p.positions == "learned":
         return section("Positions: learned rows 0 … P−1 (P = max(n, K) = "
                        f"{p.positions_count}), read by both stacks", POS_EMB)
+    columns = ("sin in the first half of the columns, cos in the second (Marian)"
+               if p.sinusoid == "halves" else "sin in even columns, cos in odd")
     return section(
-        "Positions: the paper's sinusoid, angle pos/10000^(2i/{d_model}), sin in even "
-        "columns, cos in odd, for positions 0 … P−1 (P = max(n, K)); both stacks read it",
+        "Positions: the paper's sinusoid, angle pos/10000^(2i/{d_model}), " + columns +
+        ", for positions 0 … P−1 (P = max(n, K)); both stacks read it",
         [Step("PE_ANGLE", "θ = pos / 10000^(2i/{d_model})",
               Map("={ROW_LABEL}/POWER(10000,2*{COL_LABEL}/{d_model})",
                   rows=lambda p: p.positions_count, cols=lambda p: p.d_model // 2),
               "Frequency i turns once every 2π·10000^(2i/d) positions.",
               row_labels=_positions, col_labels=lambda p: list(range(p.d_model // 2)),
               corner="pos\\i"),
-         Step("PE", "PE[pos,2i] = sin θ,  PE[pos,2i+1] = cos θ",
+         Step("PE", "PE[pos,i] = sin θ,  PE[pos,d/2+i] = cos θ" if p.sinusoid == "halves"
+              else "PE[pos,2i] = sin θ,  PE[pos,2i+1] = cos θ",
               Custom(lambda p: p.positions_count, "d_model", _pe_cell),
               "Each pair of columns is a point on a circle turning at its own speed.",
-              row_labels=_positions, corner="pos", col_labels=lambda p: [
-                  f"{'cos' if j % 2 else 'sin'}{j // 2}" for j in range(p.d_model)])])
+              row_labels=_positions, corner="pos", col_labels=_pe_labels)])
 
 
 def _prefix(t: int):
@@ -187,6 +217,26 @@ def _logits(t: int, final: str) -> ByRow:
         return f"=SUMPRODUCT({last},{wte.row(j)}){plus}"
 
     return ByRow(1, "vocab", row)
+
+
+def _processed(p, t: int) -> Step:
+    """generate's logits processors as a step: the pad id banned (bad_words_ids), every id
+    but the end id at the last step (forced_eos_token_id), each set to −1E+30."""
+    banned, words = [], []
+    if p.ban_pad:
+        banned.append(f"{{COL_LABEL}}={p.pad_id}")
+        words.append("the pad id")
+    if p.forced_end and t == p.decode:
+        banned.append(f"{{COL_LABEL}}<>{p.end_id}")
+        words.append("every id but the end id (the last step)")
+    # conditions added, not OR()ed: OR reduces a whole row in the blocks layout to one value
+    condition = banned[0] if len(banned) == 1 else "+".join(f"({c})" for c in banned) + ">0"
+    template = f"=IF({condition},-1E+30,{{L}})" if banned else "={L}"
+    return Step("GEN_LOGITS" + f"_T{t}", "LOGITS, banned ids −10³⁰" if banned else "LOGITS",
+                Map(template, labels_from=f"LOGITS_T{t}", L=f"LOGITS_T{t}"),
+                ("What generate chooses from: " + " and ".join(words) + " set to −10³⁰.")
+                if banned else "What generate chooses from: nothing banned at this step.",
+                row_labels=["next"], col_labels=ids_from_0("vocab"))
 
 
 def _argmax(t: int) -> Custom:
@@ -259,9 +309,10 @@ def decode_step(p, t: int) -> list:
             st, f"Step {t}", X=last)
         last = "DEC_FINAL" + st
     bias = " + LOGITS_BIAS" if p.logits_bias else ""
+    processed = [_processed(p, t)] if p.processed else []
     probs = softmax_band(
-        "LOGITS" + st, [f"{name}{st}" for name in ("LOGIT_MAX", "LOGIT_EXP", "LOGIT_SUM",
-                                                     "PROBS")],
+        ("GEN_LOGITS" if p.processed else "LOGITS") + st,
+        [f"{name}{st}" for name in ("LOGIT_MAX", "LOGIT_EXP", "LOGIT_SUM", "PROBS")],
         ("m = max_v LOGITS_v", "e = exp(LOGITS − m)", "ℓ = Σ_v e_v", "p = e / ℓ"),
         ("Largest logit of this step.", "Exponential of each shifted logit.",
          "The softmax denominator.", "The model's probability of every id coming next."),
@@ -283,7 +334,7 @@ def decode_step(p, t: int) -> list:
                     f"the chosen id",
                     [Step("LOGITS" + st, f"last row·WTEᵀ{bias}", _logits(t, last),
                           "Score of every id coming next.", row_labels=["next"],
-                          col_labels=ids_from_0("vocab"))],
+                          col_labels=ids_from_0("vocab")), *processed],
                     probs, chosen)]
 
 
@@ -346,9 +397,14 @@ class Transformer(Kind):
         {"src_len": 2, "d_model": 2, "heads": 1, "d_ff": 3, "layers": 1, "dec_layers": 2,
          "vocab": 5, "decode": 3, "activation": "silu", "no_scale": True, "start_id": 0,
          "pad_id": 0, "end_id": 1},
+        {"src_len": 3, "d_model": 4, "heads": 2, "d_ff": 3, "layers": 1, "dec_layers": 1,
+         "vocab": 6, "decode": 3, "activation": "silu", "sinusoid": "halves", "pad_id": 5,
+         "start_id": 5, "end_id": 0, "logits_bias": True, "ban_pad": True,
+         "forced_end": True},
     ]
     demo_cases = [("transformer", {})]
     examples = {"hand": lambda: hand_example()}
+    demo_examples = ("hand",)
 
     @classmethod
     def validate(cls, p):
@@ -367,6 +423,8 @@ class Transformer(Kind):
         if p.activation not in ACTIVATIONS:
             raise UserError(f"--activation must be one of {', '.join(ACTIVATIONS)}, got "
                             f"{p.activation!r}")
+        if p.sinusoid not in SINUSOIDS:
+            raise UserError(f"--sinusoid must be interleaved or halves, got {p.sinusoid!r}")
         if p.positions not in POSITIONS:
             raise UserError(f"--positions must be sinusoidal or learned, got {p.positions!r}")
         for flag, value in (("--pad-id", p.pad_id), ("--start-id", p.start_id),
