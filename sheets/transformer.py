@@ -403,7 +403,7 @@ class Transformer(Kind):
          "forced_end": True},
     ]
     demo_cases = [("transformer", {})]
-    examples = {"hand": lambda: hand_example()}
+    examples = {"hand": hand_example}
     demo_examples = ("hand",)
 
     @classmethod

@@ -138,6 +138,7 @@ def test_check_passes_and_the_pad_id_is_never_chosen(marian, tmp_path):
 EQUAL = [pytest.param({"scale_embedding": False}, {}, id="scale_embedding-false"),
          pytest.param({"activation_function": "relu"}, {}, id="activation-relu"),
          pytest.param({"activation_function": "gelu"}, {}, id="activation-gelu"),
+         pytest.param({"activation_function": "silu"}, {}, id="activation-silu"),
          pytest.param({"forced_eos_token_id": None}, {"forced_eos_token_id": None},
                       id="forced_eos-none"),
          pytest.param({"decoder_start_token_id": 4}, {"decoder_start_token_id": 4},
@@ -176,7 +177,15 @@ REFUSED = [
     pytest.param({}, {"min_length": 3}, "min_length", id="min-length"),
     pytest.param({}, {"bad_words_ids": [[3]]}, "bad_words_ids", id="other-bad-words"),
     pytest.param({}, {"forced_eos_token_id": 4}, "forced_eos_token_id", id="forced-other"),
+    pytest.param({}, {"suppress_tokens": [3]}, "suppress_tokens", id="suppress-tokens"),
 ]
+
+
+def test_more_positions_than_the_model_has_are_refused(tmp_path):
+    folder = save_tiny_marian(tmp_path / "m")
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", "1,2,3", "--decode", "17", "--layout", "blocks")
+    assert "exceed max_position_embeddings 16" in one_line_error(ran)
 
 
 @pytest.mark.parametrize("config,generation,key", REFUSED)
