@@ -48,11 +48,32 @@ def documented_name(name: str) -> str:
     return name
 
 
+def documented_with(name: str, suffixes) -> str:
+    """A kind's own numbered suffixes, a chain of them written whole: SCORES_H1_D2_T3 ->
+    SCORES_Hh_Dl_Tt for (("H", "Hh"), ("D", "Dl"), ("T", "Tt"))."""
+    letters = {letter: written for letter, written, *_ in suffixes}
+    parts = name.split("_")
+    tail = []
+    while len(parts) > 1 and re.fullmatch(r"[A-Z]\d+", parts[-1]) and parts[-1][0] in letters:
+        tail.insert(0, letters[parts.pop()[0]])
+    return "_".join(parts + tail)
+
+
+def test_a_chain_of_a_kinds_own_suffixes_is_documented_whole():
+    suffixes = (("H", "Hh", "head h"), ("D", "Dl", "decoder layer l"), ("T", "Tt", "step t"))
+    assert documented_with("CROSS_WEIGHTS_H2_D1_T3", suffixes) == "CROSS_WEIGHTS_Hh_Dl_Tt"
+    assert docs.documented_name("CROSS_WEIGHTS_H2_D1_T3", suffixes) == \
+        "CROSS_WEIGHTS_Hh_Dl_Tt"
+    assert docs.documented_name("W_1_D12", suffixes) == "W_1_Dl"
+    assert docs.documented_name("SCORES_D64") == "SCORES_Dw"  # a width, without them
+
+
 def declared_names(kind) -> set[str]:
     names = set()
+    own = getattr(kind, "documented_suffixes", None)
     for case in kind.test_cases + [values for _, values in kind.demo_cases]:
         params = make_params(kind, case)
-        names |= {documented_name(n)
+        names |= {documented_with(n, own) if own else documented_name(n)
                   for n in list(kind.input_shapes(params)) + kind.step_names(params)}
     return names
 

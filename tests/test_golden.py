@@ -111,6 +111,14 @@ CASES = {
                                 "cells"),
     **both_layouts("ssm_n2_gate", "ssm", {"seq_len": 2, "d_model": 1, "d_state": 2,
                                           "gate": True}),
+    # two decode steps: step 2 reads step 1's id; pre-LN with learned positions and a bias
+    **both_layouts("transformer_n2_two_steps", "transformer",
+                   {"src_len": 2, "d_model": 2, "heads": 1, "d_ff": 1, "layers": 1,
+                    "dec_layers": 1, "vocab": 3, "decode": 2}),
+    "transformer_n2_pre_ln_learned_blocks": ("transformer", {
+        "src_len": 2, "d_model": 2, "heads": 1, "d_ff": 1, "layers": 1, "dec_layers": 1,
+        "vocab": 3, "decode": 2, "pre_ln": True, "positions": "learned", "logits_bias": True,
+        "activation": "silu"}, "blocks"),
     # two steps of each: t > 1 reads the step before (Adam: its moments)
     **both_layouts("train_n2_causal", "train",
                    {"seq_len": 2, "vocab": 2, "d_k": 1, "steps": 2, "causal": True}),

@@ -28,10 +28,17 @@ NUMBERED = (("H", "Hh", "head h"), ("B", "Bj", "key block j"), ("D", "Dw", "widt
             ("T", "Tt", "step t"))
 
 
-def documented_name(name: str) -> str:
+def documented_name(name: str, suffixes=None) -> str:
     """SCORES_H2 -> SCORES_Hh, S_B3 -> S_Bj, SCORES_D64 -> SCORES_Dw, Q_T3 -> Q_Tt, and a
     stacked layer's SCORES_H2_L1 -> SCORES_Hh_Ll, a second text's SCORES_H2_L1_2 ->
-    SCORES_Hh_Ll_2."""
+    SCORES_Hh_Ll_2. A kind's own `suffixes` ((letter, documented, meaning), …) replace
+    these, and a chain of them is written whole: SCORES_H1_D2_T3 -> SCORES_Hh_Dl_Tt."""
+    if suffixes is not None:
+        documented = {letter: written for letter, written, _ in suffixes}
+        tail = ""
+        while (found := re.search(r"_([A-Z])\d+$", name)) and found.group(1) in documented:
+            tail, name = f"_{documented[found.group(1)]}{tail}", name[:found.start()]
+        return name + tail
     if re.search(r"_L\d+_2$", name):
         return documented_name(name[:-2]) + "_2"
     layer = re.search(r"_L\d+$", name)
@@ -93,7 +100,7 @@ def names_table(kind: type[Kind], cases: list[tuple[str, dict[str, Any]]]) -> li
     for label, case in cases:
         previous = None
         for name, fields in case_blocks(kind, case):
-            key = documented_name(name)
+            key = documented_name(name, getattr(kind, "documented_suffixes", None))
             if key not in rows:
                 rows[key] = [f"`{key}`", *fields, label]
                 order.insert(order.index(previous) + 1 if previous else 0, key)
@@ -133,11 +140,13 @@ def kind_page(kind: type[Kind], prose: str) -> str:
         lines += ["### Examples", "", "`--example " + "`, `--example ".join(kind.examples)
                   + "`" + (f"; `attnsheets demo` builds {', '.join(demo)}" if demo else "")
                   + " ([the presets](../workbooks.md#examples-worth-looking-at)).", ""]
-    numbered = ", ".join(f"`_{documented}` {meaning}" for _, documented, meaning in NUMBERED)
+    own = getattr(kind, "documented_suffixes", None)
+    numbered = ", ".join(f"`_{documented}` {meaning}" for _, documented, meaning in
+                         own or NUMBERED) + ("" if own else ", `_Ll` layer l")
     lines += ["### Defined names", "",
               "Every input and step block of the cases below, in sheet order, with its "
               "shape in the first case that has it. Numbered copies are written once, with "
-              f"the first copy's equation: {numbered}, `_Ll` layer l.", "",
+              f"the first copy's equation: {numbered}.", "",
               *names_table(kind, cases), "",
               "Cases (parameters other than the defaults):", ""]
     lines += [f"- {label}: " + (", ".join(f"`{k}={v}`" for k, v in case.items()) or "—")

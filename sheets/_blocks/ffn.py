@@ -21,7 +21,10 @@ ACTIVATIONS = ("relu", "gelu")
 def activation(kind: str, form: str = "tanh", src: str = "FFN_HIDDEN",
                name: str = "FFN_ACT") -> Step:
     """`name` = act(`src`), elementwise: ReLU as IF(x>0, x, 0) (MAX would reduce an array),
-    GELU in its tanh or exact `form`."""
+    GELU in its tanh or exact `form`, SiLU (x·σ(x), Marian's swish) in its overflow-free
+    "abs" form."""
+    if kind == "silu":
+        return silu(name, src)
     if kind == "gelu":
         equation, template = GELU_FORMS[form]
         return Step(name, equation, Map("=" + template.format(x="{H}"), H=src))

@@ -13,6 +13,7 @@ from sheets._blocks.attention import bias_of, scaled_scores
 from sheets._blocks.softmax import softmax_steps
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import Custom, Input, Kind, MatMul, Step
+from workbook_builder.sheet.declare import Labels, Size
 
 
 @dataclass(frozen=True)
@@ -101,17 +102,18 @@ def head_steps(h: int, g: int, d_k: int, mask: str | None, q: str = "Q", k: str 
                  col_labels=f"h{h + 1}.")]
 
 
-def concat_heads(heads: int, d_k: int, prefix: str = "") -> Step:
+def concat_heads(heads: int, d_k: int, prefix: str = "", rows: Size = "seq_len",
+                 row_labels: Labels = "tokens") -> Step:
     """CONCAT = [head_1 … head_H]: head h fills columns h·d_k … (h+1)·d_k − 1 (names
-    prefix + CONCAT and prefix + HEAD_Hh)."""
+    prefix + CONCAT and prefix + HEAD_Hh), `rows` rows labelled `row_labels`."""
     def head(h: int) -> str:
         return f"{prefix}HEAD_H{h}"
 
     return Step(f"{prefix}CONCAT", "[head_1 … head_H]", Custom(
-        "seq_len", heads * d_k,
+        rows, heads * d_k,
         each=lambda i, j, env: f"={env[head(j // d_k + 1)].cell(i, j % d_k)}",
         per_slice=(d_k, lambda h, env: f"={env[head(h + 1)].whole()}")),
-        "The head outputs side by side.", row_labels="tokens",
+        "The head outputs side by side.", row_labels=row_labels,
         col_labels=[f"h{h + 1}.{j + 1}" for h in range(heads) for j in range(d_k)])
 
 

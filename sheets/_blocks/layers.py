@@ -26,10 +26,10 @@ import numpy as np
 from sheets._blocks.attention import CAUSAL_MASK
 from sheets._blocks.ffn import GELU_FORMS, feed_forward
 from sheets._blocks.heads import concat_heads, head_labels, head_steps
-from sheets._blocks.norms import layer_norm_inputs, layer_norm_section
+from sheets._blocks.norms import layer_norm, layer_norm_inputs, layer_norm_section
 from workbook_builder.errors import UserError
 from workbook_builder.sheet import BROADCAST, Dim, Input, Map, MatMul, Rows, Step, section
-from workbook_builder.sheet.declare import Chart, Env, Formula, Section
+from workbook_builder.sheet.declare import Chart, Env, Formula, Labels, Section, Size
 
 
 def residual(name: str, a: str, b: str, explanation: str = "") -> Step:
@@ -116,9 +116,11 @@ def scoped_sections(sections: Sequence[Section], sfx: str, title: str,
     relabel = dict(labels or {})
 
     def step(s: Step) -> Step:
+        # a mask read from outside the layer is shaded by the block the layer reads
+        masked_by = reads.get(s.masked_by, s.masked_by) if s.masked_by else None
         rows = relabel.get(s.row_labels, s.row_labels) if isinstance(s.row_labels, str) \
             else s.row_labels
-        return dataclasses.replace(s, name=s.name + sfx, row_labels=rows,
+        return dataclasses.replace(s, name=s.name + sfx, masked_by=masked_by, row_labels=rows,
                                    formula=Scoped(s.formula, sfx, renames, resized))
 
     def chart(c: Chart) -> Chart:
@@ -147,6 +149,11 @@ HEAD_DIMS = head_labels("h", lambda p: p.heads, lambda p: p.d_k)  # h1.1, h1.2, 
 
 def _plus(bias: bool, name: str) -> str | None:
     return name if bias else None
+
+
+def activation_name(activation: str, gelu: str = "tanh") -> str:
+    """The FFN's activation as a section title names it."""
+    return {"gelu": f"GELU ({gelu} form)", "silu": "SiLU"}.get(activation, "ReLU")
 
 
 # -- an encoder layer ----------------------------------------------------------------------
@@ -178,17 +185,19 @@ def encoder_layer_inputs(sfx: str = "", when=None, bias: bool = True) -> dict[st
 
 def encoder_layer_sections(p, weights: Mapping[str, Input], pre_ln: bool = False,
                            activation: str = "relu", gelu: str = "tanh", eps: float = 1e-5,
-                           bias: bool = True, leading: Sequence = ()) -> list[Section]:
+                           bias: bool = True, leading: Sequence = (),
+                           rows: Size = "seq_len", row_labels: Labels = "tokens"
+                           ) -> list[Section]:
     """One encoder layer on the block X (p has heads, d_k, d_model, d_ff), post-LN
-    (PyTorch's default) or `pre_ln`, the FFN's `activation` relu or gelu (`gelu` its tanh
-    or exact form), LayerNorm's `eps`, with or without `bias` rows; `leading` are bands
-    placed first with the projection weights (the encoder-block kind: X itself). Stacked
-    with `scoped_sections`."""
+    (PyTorch's default) or `pre_ln`, the FFN's `activation` relu, gelu (`gelu` its tanh
+    or exact form) or silu, LayerNorm's `eps`, with or without `bias` rows; `leading` are
+    bands placed first with the projection weights (the encoder-block kind: X itself); X
+    has `rows` rows labelled `row_labels`. Stacked with `scoped_sections`."""
     w = weights
     attn_in, ffn_in = ("LN1_OUT", "LN2_OUT") if pre_ln else ("X", "LN1_OUT")
     order = ("pre-LN: X + MHA(LN1(X)), then + FFN(LN2(·))" if pre_ln else
              "post-LN: LN1(X + MHA(X)), then LN2(· + FFN(·))")
-    act_name = f"GELU ({gelu} form)" if activation == "gelu" else "ReLU"
+    act_name = activation_name(activation, gelu)
     # Q = h·W_Q + B_Q, likewise K and V (h = X, or LN1_OUT pre-LN)
     qkv = [Step(n, f"{n} = h·W_{n}" + (f" + B_{n}" if bias else ""),
                 MatMul(attn_in, f"W_{n}", plus=_plus(bias, f"B_{n}"))) for n in "QKV"]
@@ -214,7 +223,8 @@ def encoder_layer_sections(p, weights: Mapping[str, Input], pre_ln: bool = False
         *heads,
         # ATTN = CONCAT·W_O + B_O;  RESID_1 = X + ATTN
         section("Step 3 — concatenate the heads, project with W_O, add the residual",
-                [concat_heads(p.heads, p.d_k), w["W_O"], *([w["B_O"]] if bias else [])],
+                [concat_heads(p.heads, p.d_k, rows=rows, row_labels=row_labels), w["W_O"],
+                 *([w["B_O"]] if bias else [])],
                 [Step("ATTN", "CONCAT·W_O" + (" + B_O" if bias else ""),
                       MatMul("CONCAT", "W_O", plus=_plus(bias, "B_O"))),
                  residual("RESID_1", "X", "ATTN",
@@ -227,6 +237,96 @@ def encoder_layer_sections(p, weights: Mapping[str, Input], pre_ln: bool = False
                 [w[n] for n in ("W_1", "B_1", "W_2", "B_2") if bias or n.startswith("W")],
                 feed_forward(ffn_in, kind=activation, form=gelu, bias=bias)),
         *ending,
+    ]
+
+
+# -- an encoder-decoder Transformer's decoder layer -----------------------------------------
+def decoder_layer_inputs(sfx: str = "", when=None) -> dict[str, Input]:
+    """Every weight of one nn.TransformerDecoderLayer, named with `sfx`, by plain name: the
+    self-attention's W_Q … B_O, the cross-attention's CROSS_W_Q … CROSS_B_O (queries from
+    the decoder, keys and values from the encoder's output), the FFN's W_1 … B_2, and γ, β
+    of LN1, LN2, LN3."""
+    made = encoder_layer_inputs(sfx, when)
+    cross = {}
+    for n in "QKVO":  # W_O's rows are the heads side by side, its columns d
+        rows, cols = (HEAD_DIMS, "d") if n == "O" else ("d", HEAD_DIMS)
+        cross[f"CROSS_W_{n}"] = Input(f"CROSS_W_{n}{sfx}", "d_model", "d_model",
+                                      f"cross-attention {n.lower()} weights", rows, cols,
+                                      when=when)
+        cross[f"CROSS_B_{n}"] = Input(f"CROSS_B_{n}{sfx}", 1, "d_model",
+                                      f"cross-attention {n.lower()} bias", ["b"], cols,
+                                      when=when)
+    gamma, beta = layer_norm_inputs("LN3", sfx, when)
+    return {**made, **cross, "LN3_GAMMA": gamma, "LN3_BETA": beta}
+
+
+def decoder_layer_sections(p, rows: Size, row_labels: Labels, pre_ln: bool = False,
+                           activation: str = "relu", gelu: str = "exact",
+                           eps: float = 1e-5) -> list[Section]:
+    """One nn.TransformerDecoderLayer (dropout 0) on the block X of `rows` target rows,
+    steps only: it reads its weights by their plain names (decoder_layer_inputs), the
+    causal MASK, and CROSS_K, CROSS_V, the encoder output's keys and values (made once
+    for every step that reads them). Heads are column slices of width d_k.
+      post-LN: LN1_OUT = LN1(X + SA(X))   LN2_OUT = LN2(LN1_OUT + CA(LN1_OUT))
+               OUTPUT = LN3(LN2_OUT + FFN(LN2_OUT))
+      pre-LN:  RESID_1 = X + SA(LN1(X))   RESID_2 = RESID_1 + CA(LN2(RESID_1))
+               OUTPUT = RESID_2 + FFN(LN3(RESID_2))"""
+    sa_in, ca_in, ffn_in = ("LN1_OUT", "LN2_OUT", "LN3_OUT") if pre_ln else \
+        ("X", "LN1_OUT", "LN2_OUT")
+    order = ("pre-LN: X + SA(LN1(X)), + CA(LN2(·)), + FFN(LN3(·))" if pre_ln else
+             "post-LN: LN1(X + SA(X)), LN2(· + CA(·)), LN3(· + FFN(·))")
+    # Q = h·W_Q + B_Q, likewise K and V, all from the target rows
+    qkv = [Step(n, f"{n} = h·W_{n} + B_{n}", MatMul(sa_in, f"W_{n}", plus=f"B_{n}"))
+           for n in "QKV"]
+    self_heads = [section(f"Masked self-attention, head {h + 1} — columns h{h + 1}.* of Q, "
+                          f"K, V", head_steps(h, h, p.d_k, "MASK")) for h in range(p.heads)]
+    # CROSS_Q = h·CROSS_W_Q + CROSS_B_Q: queries from the decoder, keys from the encoder
+    cross_q = Step("CROSS_Q", "CROSS_Q = h·CROSS_W_Q + CROSS_B_Q",
+                   MatMul(ca_in, "CROSS_W_Q", plus="CROSS_B_Q"),
+                   "Cross-attention queries: one per target row.")
+    cross_heads = [section(f"Cross-attention, head {h + 1} — target queries over the "
+                           f"source keys", head_steps(h, h, p.d_k, None, q="CROSS_Q",
+                                                      k="CROSS_K", v="CROSS_V",
+                                                      prefix="CROSS_"))
+                   for h in range(p.heads)]
+
+    def norm(ln: str, src: str, out: str) -> Section:
+        return section(f"{ln} — LayerNorm over each row: mean, centre, variance, scale",
+                       layer_norm(ln, src, out, eps))
+
+    sa_resid = residual("RESID_1", "X", "ATTN", "The residual connection: the layer adds "
+                                                "to its input.")
+    ca_resid = residual("RESID_2", "RESID_1" if pre_ln else "LN1_OUT", "CROSS_ATTN",
+                        "The second residual: the cross-attention's result added.")
+    ffn_resid = (residual("OUTPUT", "RESID_2", "FFN_OUT", "Pre-LN leaves the residual "
+                                                          "stream un-normalised.")
+                 if pre_ln else residual("RESID_3", "LN2_OUT", "FFN_OUT"))
+    return [
+        *([norm("LN1", "X", "LN1_OUT")] if pre_ln else []),
+        section(f"Masked self-attention on {sa_in} ({order}; {{heads}} heads of "
+                f"d_k = {{d_k}})", qkv),
+        *self_heads,
+        # ATTN = CONCAT·W_O + B_O;  RESID_1 = X + ATTN
+        section("Concatenate the self-attention heads, project with W_O, add the residual",
+                [concat_heads(p.heads, p.d_k, rows=rows, row_labels=row_labels),
+                 Step("ATTN", "CONCAT·W_O + B_O", MatMul("CONCAT", "W_O", plus="B_O")),
+                 sa_resid]),
+        norm("LN2", "RESID_1", "LN2_OUT") if pre_ln else norm("LN1", "RESID_1", "LN1_OUT"),
+        section(f"Cross-attention on {ca_in}: queries from the target, keys and values "
+                f"from the encoder's output", cross_q),
+        *cross_heads,
+        # CROSS_ATTN = CROSS_CONCAT·CROSS_W_O + CROSS_B_O
+        section("Concatenate the cross-attention heads, project with CROSS_W_O, add the "
+                "residual",
+                [concat_heads(p.heads, p.d_k, "CROSS_", rows=rows, row_labels=row_labels),
+                 Step("CROSS_ATTN", "CROSS_CONCAT·CROSS_W_O + CROSS_B_O",
+                      MatMul("CROSS_CONCAT", "CROSS_W_O", plus="CROSS_B_O")),
+                 ca_resid]),
+        norm("LN3", "RESID_2", "LN3_OUT") if pre_ln else norm("LN2", "RESID_2", "LN2_OUT"),
+        # FFN(h) = act(h·W_1 + B_1)·W_2 + B_2
+        section(f"Feed-forward network, {activation_name(activation, gelu)}, applied to "
+                f"each row", [*feed_forward(ffn_in, kind=activation, form=gelu), ffn_resid]),
+        *([] if pre_ln else [norm("LN3", "RESID_3", "OUTPUT")]),
     ]
 
 

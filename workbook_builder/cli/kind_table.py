@@ -44,6 +44,8 @@ KIND_SUMMARIES = {
                       "tokens, --random R BigBird keys)",
     "ssm": "Mamba S6 selective scan: softplus Δ, Ā = exp(ΔA), h_t recurrence down the rows",
     "train": "attention that learns: forward, every gradient and K SGD steps as formulas",
+    "transformer": "the whole encoder-decoder Transformer: N encoder and M decoder layers, "
+                   "greedy decoding step by step",
 }
 
 # `checking.check.ENGINES`, in its order: the choices of `check --engine`, `grade --engine`

@@ -37,6 +37,8 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
     "mamba-block": (COST, "ssm"),
     "flash": (COST,), "linear": (COST,), "multihead": (COST,), "sliding-window": (COST,),
     "ssm": (COST,),
+    "transformer": (COST, "positional", "cross-attention", "encoder-block", "decoder-block",
+                    "gpt", "mamba-block"),
 }
 
 SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")

@@ -1,0 +1,245 @@
+"""An encoder-decoder Transformer (Vaswani et al. 2017; PyTorch's `nn.TransformerEncoderLayer`
+and `nn.TransformerDecoderLayer` stacked, dropout 0), with greedy decoding, in the `X @ W`
+orientation.
+
+Glossary: n source ids s_i, WTE the embedding table (vocab×d) shared by both stacks and the
+output layer; P = max(n, K) positions 0 … P−1; H heads of width d_k = d/H (contiguous column
+slices); LN(r) = (r − μ)/√(σ² + eps)·γ + β per row (biased σ²); act = ReLU, exact GELU or
+SiLU; c = √d (1 with no_scale).
+  POS = PE (sinusoidal: PE[p,2i] = sin(p/10000^(2i/d)), PE[p,2i+1] = cos(…); halves:
+        PE[p,i] = sin(…), PE[p,d/2+i] = cos(…)) or POS_EMB
+  SRC_EMB_i = WTE[s_i];   ENC_X = c·SRC_EMB + POS[0 … n−1]
+  encoder layer (post-LN): H1 = LN1(X + MHA(X));  OUTPUT = LN2(H1 + FFN(H1))
+                (pre-LN):  R1 = X + MHA(LN1(X));  OUTPUT = R1 + FFN(LN2(R1))
+  ENC_OUTPUT = the last layer's output (pre-LN: ENC_LNF of it)
+  CROSS_K_Dl = ENC_OUTPUT·CROSS_W_K + CROSS_B_K, CROSS_V_Dl likewise (one per decoder layer)
+  step t = 1 … K: DEC_IDS = [start, y_1 … y_{t−1}];  DEC_X = c·WTE[DEC_IDS] + POS[0 … t−1]
+    decoder layer (post-LN): L1 = LN1(X + SA(X));  L2 = LN2(L1 + CA(L1));
+                             OUTPUT = LN3(L2 + FFN(L2))
+                  (pre-LN):  R1 = X + SA(LN1(X));  R2 = R1 + CA(LN2(R1));
+                             OUTPUT = R2 + FFN(LN3(R2))
+      SA causal over the prefix, CA(h): softmax((h·CROSS_W_Q + CROSS_B_Q)_h·CROSS_K_hᵀ/√d_k)·
+      CROSS_V_h, heads concatenated, ·CROSS_W_O + CROSS_B_O
+    LOGITS = last row (pre-LN: of DEC_LNF) ·WTEᵀ (+ LOGITS_BIAS)
+    GEN_LOGITS = LOGITS with generate's banned ids at −10³⁰ (the pad id with ban_pad; all
+    but the end id at step K with forced_end);  PROBS = softmax(GEN_LOGITS or LOGITS)
+    ARGMAX = the first id of the largest probability;  y_t = pad once the end id was chosen,
+    else ARGMAX
+  GENERATED = [y_1 … y_K]
+"""
+
+import numpy as np
+
+from reference.cost import cost_blocks, lengths
+from reference.encoder_block import gelu_exact, layer_norm_steps
+from reference.positional import sinusoidal_angles, sinusoidal_pe
+from reference.softmax import causal_allowed, masked_softmax_steps
+
+
+def activation(x: np.ndarray, kind: str) -> np.ndarray:
+    """ReLU, exact GELU or SiLU x·σ(x) (as torch's F.silu)."""
+    if kind == "gelu":
+        return gelu_exact(x)
+    if kind == "silu":
+        return x / (1.0 + np.exp(-x))
+    return np.maximum(x, 0.0)
+
+
+def attention_steps(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int,
+                    allowed: np.ndarray, prefix: str = "") -> dict[str, np.ndarray]:
+    """Heads of softmax(Q_h·K_hᵀ/√d_k)·V_h over the `allowed` entries: the steps prefix +
+    SCORES_Hh … HEAD_Hh and prefix + CONCAT."""
+    d_k = q.shape[1] // heads
+    steps, outputs = {}, []
+    for i in range(heads):
+        cols, sfx = slice(i * d_k, (i + 1) * d_k), f"_H{i + 1}"
+        scores = q[:, cols] @ k[:, cols].T
+        steps[f"{prefix}SCORES{sfx}"] = scores
+        steps[f"{prefix}SCALED{sfx}"] = scores / np.sqrt(d_k)
+        for name, block in masked_softmax_steps(steps[f"{prefix}SCALED{sfx}"],
+                                                allowed).items():
+            steps[f"{prefix}{name}{sfx}"] = block
+        outputs.append(steps[f"{prefix}WEIGHTS{sfx}"] @ v[:, cols])
+        steps[f"{prefix}HEAD{sfx}"] = outputs[-1]
+    steps[f"{prefix}CONCAT"] = np.concatenate(outputs, axis=1)
+    return steps
+
+
+def encoder_layer(x: np.ndarray, w: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
+    """Every step of one encoder layer on x, weights `w` by their plain names."""
+    eps, steps = params.ln_eps, {}
+
+    def norm(r, ln, out):
+        steps.update(layer_norm_steps(r, w[f"{ln}_GAMMA"], w[f"{ln}_BETA"], ln, out, eps))
+        return steps[out]
+
+    def mha(h):
+        q, k, v = (h @ w[f"W_{m}"] + w[f"B_{m}"] for m in "QKV")
+        steps.update({"Q": q, "K": k, "V": v})
+        steps.update(attention_steps(q, k, v, params.heads,
+                                     np.ones((len(h), len(h)), bool)))
+        steps["ATTN"] = steps["CONCAT"] @ w["W_O"] + w["B_O"]
+        return steps["ATTN"]
+
+    def ffn(h):
+        steps["FFN_HIDDEN"] = h @ w["W_1"] + w["B_1"]
+        steps["FFN_ACT"] = activation(steps["FFN_HIDDEN"], params.activation)
+        steps["FFN_OUT"] = steps["FFN_ACT"] @ w["W_2"] + w["B_2"]
+        return steps["FFN_OUT"]
+
+    if params.pre_ln:
+        steps["RESID_1"] = x + mha(norm(x, "LN1", "LN1_OUT"))
+        steps["OUTPUT"] = steps["RESID_1"] + ffn(norm(steps["RESID_1"], "LN2", "LN2_OUT"))
+    else:
+        steps["RESID_1"] = x + mha(x)
+        h1 = norm(steps["RESID_1"], "LN1", "LN1_OUT")
+        steps["RESID_2"] = h1 + ffn(h1)
+        norm(steps["RESID_2"], "LN2", "OUTPUT")
+    return steps
+
+
+def decoder_layer(x: np.ndarray, w: dict[str, np.ndarray], cross_k: np.ndarray,
+                  cross_v: np.ndarray, params) -> dict[str, np.ndarray]:
+    """Every step of one decoder layer on the prefix rows x, the encoder's keys and values
+    of this layer given."""
+    eps, steps, t = params.ln_eps, {}, len(x)
+
+    def norm(r, ln, out):
+        steps.update(layer_norm_steps(r, w[f"{ln}_GAMMA"], w[f"{ln}_BETA"], ln, out, eps))
+        return steps[out]
+
+    def self_attention(h):
+        q, k, v = (h @ w[f"W_{m}"] + w[f"B_{m}"] for m in "QKV")
+        steps.update({"Q": q, "K": k, "V": v})
+        steps.update(attention_steps(q, k, v, params.heads, causal_allowed(t, t)))
+        steps["ATTN"] = steps["CONCAT"] @ w["W_O"] + w["B_O"]
+        return steps["ATTN"]
+
+    def cross_attention(h):
+        steps["CROSS_Q"] = h @ w["CROSS_W_Q"] + w["CROSS_B_Q"]
+        steps.update(attention_steps(steps["CROSS_Q"], cross_k, cross_v, params.heads,
+                                     np.ones((t, len(cross_k)), bool), "CROSS_"))
+        steps["CROSS_ATTN"] = steps["CROSS_CONCAT"] @ w["CROSS_W_O"] + w["CROSS_B_O"]
+        return steps["CROSS_ATTN"]
+
+    def ffn(h):
+        steps["FFN_HIDDEN"] = h @ w["W_1"] + w["B_1"]
+        steps["FFN_ACT"] = activation(steps["FFN_HIDDEN"], params.activation)
+        steps["FFN_OUT"] = steps["FFN_ACT"] @ w["W_2"] + w["B_2"]
+        return steps["FFN_OUT"]
+
+    if params.pre_ln:
+        steps["RESID_1"] = x + self_attention(norm(x, "LN1", "LN1_OUT"))
+        steps["RESID_2"] = steps["RESID_1"] + cross_attention(
+            norm(steps["RESID_1"], "LN2", "LN2_OUT"))
+        steps["OUTPUT"] = steps["RESID_2"] + ffn(norm(steps["RESID_2"], "LN3", "LN3_OUT"))
+    else:
+        steps["RESID_1"] = x + self_attention(x)
+        h1 = norm(steps["RESID_1"], "LN1", "LN1_OUT")
+        steps["RESID_2"] = h1 + cross_attention(h1)
+        h2 = norm(steps["RESID_2"], "LN2", "LN2_OUT")
+        steps["RESID_3"] = h2 + ffn(h2)
+        norm(steps["RESID_3"], "LN3", "OUTPUT")
+    return steps
+
+
+def _layer_weights(inputs: dict[str, np.ndarray], sfx: str) -> dict[str, np.ndarray]:
+    return {name.removesuffix(sfx): value for name, value in inputs.items()
+            if name.endswith(sfx)}
+
+
+def transformer_costs(params) -> dict[str, np.ndarray]:
+    """Multiply-adds of attention as functions of the length n (the target as long as the
+    source, t = K for the decoder): the encoder L_e·2·n²·d, one decoder step with a KV cache
+    L_d·2·t·d, cross-attention of a prefix of t rows L_d·2·t·n·d, and one step as this sheet
+    computes it (the prefix recomputed) L_d·2·(t² + t·n)·d."""
+    n, d, t = lengths(params.src_len), params.d_model, params.decode
+    enc, dec = params.layers, params.dec_layers
+    return cost_blocks([params.src_len, t, d, enc, dec], n,
+                       COST_ENC=enc * 2 * n ** 2 * d,
+                       COST_DEC_STEP=np.full(4, dec * 2 * t * d),
+                       COST_CROSS=dec * 2 * t * n * d,
+                       COST_SHEET_STEP=dec * 2 * (t * t + t * n) * d)
+
+
+def transformer_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
+    wte, d, n = inputs["WTE"], params.d_model, params.src_len
+    scale = 1.0 if params.no_scale else np.sqrt(d)
+    positions = max(n, params.decode)
+    steps: dict[str, np.ndarray] = {}
+    if params.positions == "sinusoidal":
+        steps["PE_ANGLE"] = sinusoidal_angles(positions, d, 10000)
+        if params.sinusoid == "halves":  # Marian: every sin, then every cos
+            steps["PE"] = np.concatenate([np.sin(steps["PE_ANGLE"]),
+                                          np.cos(steps["PE_ANGLE"])], axis=1)
+        else:
+            steps["PE"] = sinusoidal_pe(steps["PE_ANGLE"])
+        pos = steps["PE"]
+    else:
+        pos = inputs["POS_EMB"]
+    src = inputs["SRC_IDS"][:, 0].astype(int)
+    steps["SRC_EMB"] = wte[src]
+    steps["ENC_X"] = steps["SRC_EMB"] * scale + pos[:n]
+    x = steps["ENC_X"]
+    for layer in range(1, params.layers + 1):
+        sfx = f"_E{layer}"
+        made = encoder_layer(x, _layer_weights(inputs, sfx), params)
+        steps.update({name + sfx: value for name, value in made.items()})
+        x = made["OUTPUT"]
+    if params.pre_ln:
+        steps.update(layer_norm_steps(x, inputs["ENC_LNF_GAMMA"], inputs["ENC_LNF_BETA"],
+                                      "ENC_LNF", "ENC_OUTPUT", params.ln_eps))
+    else:
+        steps["ENC_OUTPUT"] = x
+    memory = steps["ENC_OUTPUT"]
+    decoder = [_layer_weights(inputs, f"_D{layer}")
+               for layer in range(1, params.dec_layers + 1)]
+    for layer, w in enumerate(decoder, 1):
+        steps[f"CROSS_K_D{layer}"] = memory @ w["CROSS_W_K"] + w["CROSS_B_K"]
+        steps[f"CROSS_V_D{layer}"] = memory @ w["CROSS_W_V"] + w["CROSS_B_V"]
+    chosen: list[int] = []
+    for t in range(1, params.decode + 1):
+        st = f"_T{t}"
+        ids = np.array([params.start_id, *chosen])
+        steps["DEC_IDS" + st] = ids.reshape(-1, 1).astype(float)
+        steps["DEC_EMB" + st] = wte[ids]
+        steps["DEC_X" + st] = steps["DEC_EMB" + st] * scale + pos[:t]
+        steps["MASK" + st] = causal_allowed(t, t).astype(float)
+        x = steps["DEC_X" + st]
+        for layer, w in enumerate(decoder, 1):
+            made = decoder_layer(x, w, steps[f"CROSS_K_D{layer}"], steps[f"CROSS_V_D{layer}"],
+                                 params)
+            steps.update({f"{name}_D{layer}{st}": value for name, value in made.items()})
+            x = made["OUTPUT"]
+        if params.pre_ln:
+            final = layer_norm_steps(x, inputs["DEC_LNF_GAMMA"], inputs["DEC_LNF_BETA"],
+                                     "DEC_LNF", "DEC_FINAL", params.ln_eps)
+            steps.update({name + st: value for name, value in final.items()})
+            x = final["DEC_FINAL"]
+        logits = x[-1:] @ wte.T
+        if params.logits_bias:
+            logits = logits + inputs["LOGITS_BIAS"]
+        steps["LOGITS" + st] = logits
+        if params.processed:  # generate's bans: −10³⁰ for the ids it never chooses here
+            every_id = np.arange(params.vocab)
+            banned = np.zeros(params.vocab, bool)
+            if params.ban_pad:
+                banned |= every_id == params.pad_id
+            if params.forced_end and t == params.decode:
+                banned |= every_id != params.end_id
+            logits = np.where(banned, -1e30, logits)
+            steps["GEN_LOGITS" + st] = logits
+        steps["LOGIT_MAX" + st] = logits.max(keepdims=True)
+        steps["LOGIT_EXP" + st] = np.exp(logits - steps["LOGIT_MAX" + st])
+        steps["LOGIT_SUM" + st] = steps["LOGIT_EXP" + st].sum(keepdims=True)
+        steps["PROBS" + st] = steps["LOGIT_EXP" + st] / steps["LOGIT_SUM" + st]
+        argmax = int(np.argmax(steps["PROBS" + st][0]))
+        steps["ARGMAX" + st] = np.array([[float(argmax)]])
+        finished = params.end_id in chosen
+        if t > 1:
+            steps["FINISHED" + st] = np.array([[float(finished)]])
+        chosen.append(params.pad_id if finished else argmax)
+        steps["NEXT_TOKEN" + st] = np.array([[float(chosen[-1])]])
+    steps["GENERATED"] = np.array(chosen, dtype=float).reshape(-1, 1)
+    steps.update(transformer_costs(params))
+    return steps

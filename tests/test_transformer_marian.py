@@ -1,0 +1,224 @@
+"""transformer with a tiny random MarianMT model saved by transformers (`save_pretrained`,
+weights of standard deviation ≥ 0.3): ENC_OUTPUT equals `encoder_last_hidden_state`, each
+step's LOGITS the model's logits for the same prefix, GENERATED `generate(num_beams=1,
+do_sample=False, max_new_tokens=K)` without its start token (the pad id after its end), in
+float64 to 1e-12 relative; each config key that changes the math is reproduced or refused
+naming it."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers.books import evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice, requires_transformers
+
+from workbook_builder import api
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.gnumeric import evaluate_with_gnumeric
+from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+
+pytestmark = requires_transformers
+VOCAB, PAD = 13, 12
+IDS = [5, 3, 9, 1, 7]
+K = 5
+SMALL = {"vocab_size": VOCAB, "d_model": 6, "encoder_layers": 2, "decoder_layers": 2,
+         "encoder_attention_heads": 3, "decoder_attention_heads": 3, "encoder_ffn_dim": 7,
+         "decoder_ffn_dim": 7, "max_position_embeddings": 16, "pad_token_id": PAD,
+         "decoder_start_token_id": PAD, "eos_token_id": 0, "forced_eos_token_id": 0,
+         "scale_embedding": True, "activation_function": "swish"}
+
+
+def save_tiny_marian(folder, seed=0, generation=None, **config):
+    """A MarianMTModel of random weights (linear weights N(0, 0.5), biases, LayerNorms and
+    final_logits_bias perturbed by N(0, 0.3)), saved with save_pretrained; `generation`
+    keys are written into its generation_config.json."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(seed)
+    model = MarianMTModel(MarianConfig(**{**SMALL, "init_std": 0.5, **config})).eval()
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            if name.endswith("bias") or "layer_norm" in name:
+                tensor.add_(0.3 * torch.randn_like(tensor))
+        model.final_logits_bias.normal_(0, 0.3)
+    model.save_pretrained(folder)
+    if generation:
+        path = folder / "generation_config.json"
+        values = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**values, **generation}), encoding="utf-8")
+    return folder
+
+
+def float64_model(folder):
+    """The saved model in float64, its sinusoid tables exact (transformers makes them in
+    float32: sin and cos rounded to 2⁻²⁴, which the sheet's SIN and COS are not)."""
+    import torch
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(folder, dtype=torch.float64).eval()
+    for table in (model.model.encoder.embed_positions, model.model.decoder.embed_positions):
+        rows, d = table.weight.shape
+        angle = np.arange(rows)[:, None] / np.power(10000.0, 2 * np.arange(d // 2)[None] / d)
+        exact = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+        with torch.no_grad():
+            table.weight.copy_(torch.tensor(exact))
+    return model
+
+
+def marian_outputs(folder, ids, steps):
+    """encoder_last_hidden_state, each step's logits for the prefix generate chose, and
+    generate's ids without the start token, padded with the pad id to `steps`."""
+    import torch
+
+    model = float64_model(folder)
+    source = torch.tensor([ids])
+    with torch.no_grad():
+        generated = model.generate(source, num_beams=1, do_sample=False,
+                                   max_new_tokens=steps)[0].tolist()
+        assert generated[0] == model.generation_config.decoder_start_token_id
+        chosen = generated[1:] + [model.config.pad_token_id] * (steps + 1 - len(generated))
+        prefix = [generated[0], *chosen[:-1]]
+        out = model(input_ids=source, decoder_input_ids=torch.tensor([prefix]))
+    logits = out.logits[0].numpy()  # row t: the logits after prefix[0 … t]
+    return out.encoder_last_hidden_state[0].numpy(), logits, chosen
+
+
+def relative(got, exp) -> float:
+    return float(np.abs(got - exp).max() / np.abs(exp).max())
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    folder = save_tiny_marian(tmp_path_factory.mktemp("marian") / "tiny",
+                              generation={"bad_words_ids": [[PAD]]})
+    return folder, marian_outputs(folder, IDS, K)
+
+
+ENGINES = [pytest.param(evaluate_with_formulas, id="formulas"),
+           pytest.param(evaluate_with_libreoffice, marks=requires_libreoffice,
+                        id="libreoffice"),
+           pytest.param(evaluate_with_gnumeric, marks=requires_gnumeric, id="gnumeric")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_sheet_translates_as_generate_does(marian, tmp_path, engine):
+    folder, (memory, logits, chosen) = marian
+    path = tmp_path / "marian.xlsx"
+    book = api.build("transformer", path, checkpoint=folder, token_ids=IDS, decode=K,
+                     layout="blocks")
+    p = book.params
+    assert (p.sinusoid, p.no_scale, p.start_id, p.pad_id, p.ban_pad, p.forced_end) == \
+        ("halves", False, PAD, PAD, True, True)
+    names = ["ENC_OUTPUT", "GENERATED", *(f"LOGITS_T{t}" for t in range(1, K + 1))]
+    got = evaluated_blocks(path, engine(path), names)
+    worst = relative(got["ENC_OUTPUT"], memory)
+    for t in range(K):
+        worst = max(worst, relative(got[f"LOGITS_T{t + 1}"][0], logits[t]))
+    print(f"{engine.__name__}: largest relative |sheet − MarianMT| = {worst:.1e}; "
+          f"generate {chosen}")
+    assert worst < 1e-12
+    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+    assert chosen[-1] == 0  # the last step forced to the end id (forced_eos_token_id)
+    assert PAD not in chosen  # bad_words_ids keeps generate off the pad id
+
+
+def test_check_passes_and_the_pad_id_is_never_chosen(marian, tmp_path):
+    folder, _ = marian
+    path = tmp_path / "marian.xlsx"
+    book = api.build("transformer", path, checkpoint=folder, token_ids=IDS, decode=K,
+                     layout="blocks")
+    assert api.check(book).passed
+    blocks = api.read_blocks(book)
+    assert all(blocks[f"GEN_LOGITS_T{t}"].iloc[0, PAD] == -1e30 for t in range(1, K + 1))
+
+
+# config keys that change the math: each value the sheet computes equals transformers
+EQUAL = [pytest.param({"scale_embedding": False}, {}, id="scale_embedding-false"),
+         pytest.param({"activation_function": "relu"}, {}, id="activation-relu"),
+         pytest.param({"activation_function": "gelu"}, {}, id="activation-gelu"),
+         pytest.param({"activation_function": "silu"}, {}, id="activation-silu"),
+         pytest.param({"forced_eos_token_id": None}, {"forced_eos_token_id": None},
+                      id="forced_eos-none"),
+         pytest.param({"decoder_start_token_id": 4}, {"decoder_start_token_id": 4},
+                      id="decoder-start-4"),
+         pytest.param({"eos_token_id": 3, "forced_eos_token_id": 3},
+                      {"eos_token_id": 3, "forced_eos_token_id": 3}, id="eos-3")]
+
+
+@pytest.mark.parametrize("config,generation", EQUAL)
+def test_each_config_value_the_sheet_computes_equals_transformers(tmp_path, config,
+                                                                   generation):
+    folder = save_tiny_marian(tmp_path / "m", seed=1, generation=generation, **config)
+    memory, logits, chosen = marian_outputs(folder, IDS[:4], 3)
+    book = api.build("transformer", checkpoint=folder, token_ids=IDS[:4], decode=3,
+                     layout="blocks")
+    got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
+    worst = max([relative(got["ENC_OUTPUT"], memory)] +
+                [relative(got[f"LOGITS_T{t + 1}"][0], logits[t]) for t in range(3)])
+    print(f"{config}: largest relative difference {worst:.1e}; generate {chosen}")
+    assert worst < 1e-12
+    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+
+
+REFUSED = [
+    pytest.param({"activation_function": "gelu_new"}, {}, "activation_function",
+                 id="activation-gelu_new"),
+    pytest.param({"share_encoder_decoder_embeddings": False}, {},
+                 "share_encoder_decoder_embeddings", id="separate-tables"),
+    pytest.param({"tie_word_embeddings": False}, {}, "tie_word_embeddings", id="untied"),
+    pytest.param({"decoder_ffn_dim": 5}, {}, "decoder_ffn_dim", id="ffn-dims-differ"),
+    pytest.param({"decoder_attention_heads": 1}, {}, "decoder_attention_heads",
+                 id="heads-differ"),
+    pytest.param({}, {"repetition_penalty": 1.3}, "repetition_penalty",
+                 id="repetition-penalty"),
+    pytest.param({}, {"no_repeat_ngram_size": 2}, "no_repeat_ngram_size", id="no-repeat"),
+    pytest.param({}, {"min_length": 3}, "min_length", id="min-length"),
+    pytest.param({}, {"bad_words_ids": [[3]]}, "bad_words_ids", id="other-bad-words"),
+    pytest.param({}, {"forced_eos_token_id": 4}, "forced_eos_token_id", id="forced-other"),
+    pytest.param({}, {"suppress_tokens": [3]}, "suppress_tokens", id="suppress-tokens"),
+]
+
+
+def test_more_positions_than_the_model_has_are_refused(tmp_path):
+    folder = save_tiny_marian(tmp_path / "m")
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", "1,2,3", "--decode", "17", "--layout", "blocks")
+    assert "exceed max_position_embeddings 16" in one_line_error(ran)
+
+
+@pytest.mark.parametrize("config,generation,key", REFUSED)
+def test_each_config_value_the_sheet_does_not_compute_is_refused_naming_it(
+        tmp_path, config, generation, key):
+    folder = save_tiny_marian(tmp_path / "m", generation=generation, **config)
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", "1,2,3", "--layout", "blocks")
+    assert key in one_line_error(ran)
+
+
+def test_a_tensor_the_sheet_does_not_read_is_refused(tmp_path):
+    """A stray tensor beside the model's (here a fake pooler) is named, not left out."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = save_tiny_marian(tmp_path / "m")
+    weights = load_file(str(folder / "model.safetensors"))
+    weights["model.pooler.weight"] = np.ones((6, 6), dtype=np.float32)
+    save_file(weights, str(folder / "model.safetensors"))
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--layout", "blocks")
+    assert "model.pooler.weight" in one_line_error(ran)
+
+
+def test_after_generate_ends_the_sheet_gives_the_pad_id(tmp_path):
+    """A model whose first choice is the end id (seed 7): generate stops after it, and the
+    sheet's later steps give the pad id, as generate's padding of a finished sequence."""
+    folder = save_tiny_marian(tmp_path / "m", seed=7, generation={"bad_words_ids": [[PAD]]})
+    memory, logits, chosen = marian_outputs(folder, IDS, K)
+    assert chosen == [0] + [PAD] * (K - 1)
+    book = api.build("transformer", checkpoint=folder, token_ids=IDS, decode=K,
+                     layout="blocks")
+    got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
+    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+    assert relative(got["ENC_OUTPUT"], memory) < 1e-12
+    assert relative(got["LOGITS_T1"][0], logits[0]) < 1e-12
