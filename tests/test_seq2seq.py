@@ -1,0 +1,246 @@
+"""`seq2seq`: the reference against the PyTorch translation tutorial's EncoderRNN and
+AttnDecoderRNN (float64, eval mode, the same weights) in every encoder state, gate,
+attention weight, decoder state, log-probability and generated id, with and without
+attention and with teacher forcing; the sheet against the reference on sizes no other test
+uses, in `formulas`, LibreOffice and Gnumeric."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from helpers.requires import requires_torch
+
+from reference.seq2seq import seq2seq_ref
+
+RTOL, ATOL = 1e-12, 1e-15
+
+
+def tutorial_modules(src_vocab: int, tgt_vocab: int, hidden: int, seed: int):
+    """The tutorial's three modules as it writes them (its MAX_LENGTH, SOS_token and
+    device made arguments), in float64 and eval mode, with their own random init."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F  # noqa: N812  (the tutorial's name)
+
+    class EncoderRNN(nn.Module):
+        def __init__(self, input_size, hidden_size, dropout_p=0.1):
+            super().__init__()
+            self.hidden_size = hidden_size
+            self.embedding = nn.Embedding(input_size, hidden_size)
+            self.gru = nn.GRU(hidden_size, hidden_size, batch_first=True)
+            self.dropout = nn.Dropout(dropout_p)
+
+        def forward(self, input):
+            embedded = self.dropout(self.embedding(input))
+            output, hidden = self.gru(embedded)
+            return output, hidden
+
+    class BahdanauAttention(nn.Module):
+        def __init__(self, hidden_size):
+            super().__init__()
+            self.Wa = nn.Linear(hidden_size, hidden_size)
+            self.Ua = nn.Linear(hidden_size, hidden_size)
+            self.Va = nn.Linear(hidden_size, 1)
+
+        def forward(self, query, keys):
+            scores = self.Va(torch.tanh(self.Wa(query) + self.Ua(keys)))
+            scores = scores.squeeze(2).unsqueeze(1)
+            weights = F.softmax(scores, dim=-1)
+            context = torch.bmm(weights, keys)
+            return context, weights
+
+    class AttnDecoderRNN(nn.Module):
+        def __init__(self, hidden_size, output_size, dropout_p=0.1):
+            super().__init__()
+            self.embedding = nn.Embedding(output_size, hidden_size)
+            self.attention = BahdanauAttention(hidden_size)
+            self.gru = nn.GRU(2 * hidden_size, hidden_size, batch_first=True)
+            self.out = nn.Linear(hidden_size, output_size)
+            self.dropout = nn.Dropout(dropout_p)
+
+        def forward(self, encoder_outputs, encoder_hidden, target_tensor=None, *,
+                    max_length, sos_token, attention=True):
+            batch_size = encoder_outputs.size(0)
+            decoder_input = torch.empty(batch_size, 1, dtype=torch.long).fill_(sos_token)
+            decoder_hidden = encoder_hidden
+            decoder_outputs = []
+            attentions = []
+            for i in range(max_length):
+                decoder_output, decoder_hidden, attn_weights = self.forward_step(
+                    decoder_input, decoder_hidden, encoder_outputs, encoder_hidden, attention)
+                decoder_outputs.append(decoder_output)
+                attentions.append(attn_weights)
+                if target_tensor is not None:
+                    decoder_input = target_tensor[:, i].unsqueeze(1)  # Teacher forcing
+                else:
+                    _, topi = decoder_output.topk(1)
+                    decoder_input = topi.squeeze(-1).detach()
+            decoder_outputs = torch.cat(decoder_outputs, dim=1)
+            decoder_outputs = F.log_softmax(decoder_outputs, dim=-1)
+            attentions = torch.cat(attentions, dim=1) if attention else None
+            return decoder_outputs, decoder_hidden, attentions
+
+        def forward_step(self, input, hidden, encoder_outputs, encoder_hidden, attention):
+            embedded = self.dropout(self.embedding(input))
+            query = hidden.permute(1, 0, 2)
+            if attention:
+                context, attn_weights = self.attention(query, encoder_outputs)
+            else:  # the bottleneck: the encoder's last state at every step
+                context, attn_weights = encoder_hidden.permute(1, 0, 2), None
+            input_gru = torch.cat((embedded, context), dim=2)
+            output, hidden = self.gru(input_gru, hidden)
+            output = self.out(output)
+            return output, hidden, attn_weights
+
+    torch.manual_seed(seed)
+    encoder = EncoderRNN(src_vocab, hidden).double().eval()
+    decoder = AttnDecoderRNN(hidden, tgt_vocab).double().eval()
+    return encoder, decoder
+
+
+def inputs_from_modules(encoder, decoder) -> dict[str, np.ndarray]:
+    """The sheet's inputs from the modules' weights: rows times (in × out) matrices, so
+    every nn.Linear and nn.GRU weight is transposed; the GRU's gates stay r | z | n."""
+    def array(tensor, transpose=False):
+        value = tensor.detach().numpy().astype(float)
+        return value.T.copy() if transpose else value.reshape(1, -1).copy() \
+            if value.ndim == 1 else value.copy()
+
+    att = decoder.attention
+    return {
+        "ENC_EMBEDDING": array(encoder.embedding.weight),
+        "ENC_W_I": array(encoder.gru.weight_ih_l0, True), "ENC_B_I": array(encoder.gru.bias_ih_l0),
+        "ENC_W_H": array(encoder.gru.weight_hh_l0, True), "ENC_B_H": array(encoder.gru.bias_hh_l0),
+        "DEC_EMBEDDING": array(decoder.embedding.weight),
+        "W_A": array(att.Wa.weight, True), "B_W": array(att.Wa.bias),
+        "U_A": array(att.Ua.weight, True), "B_U": array(att.Ua.bias),
+        "V_A": array(att.Va.weight, True), "B_V": array(att.Va.bias),
+        "DEC_W_I": array(decoder.gru.weight_ih_l0, True), "DEC_B_I": array(decoder.gru.bias_ih_l0),
+        "DEC_W_H": array(decoder.gru.weight_hh_l0, True), "DEC_B_H": array(decoder.gru.bias_hh_l0),
+        "OUT_W": array(decoder.out.weight, True), "OUT_B": array(decoder.out.bias),
+    }
+
+
+def torch_gates(gru, x, h):
+    """r, z, n and h' of one nn.GRU step, from the module's own weights by the equations
+    of PyTorch's nn.GRU documentation (the module gives only h')."""
+    import torch
+
+    gi = x @ gru.weight_ih_l0.T + gru.bias_ih_l0
+    gh = h @ gru.weight_hh_l0.T + gru.bias_hh_l0
+    i_r, i_z, i_n = gi.chunk(3, dim=-1)
+    h_r, h_z, h_n = gh.chunk(3, dim=-1)
+    r = torch.sigmoid(i_r + h_r)
+    z = torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return {"R": r, "Z": z, "N": n, "H": (1 - z) * n + z * h}
+
+
+def run_tutorial(encoder, decoder, src_ids, decode, sos, attention, target=None):
+    """The tutorial's forward passes, with every GRU step's gates recorded (checked to
+    give nn.GRU's own next state) and each decoder step's state."""
+    import torch
+
+    steps = {"encoder": [], "decoder": []}
+
+    def record(which):
+        def hook(module, args, output):
+            x, h = args[0], (args[1] if len(args) > 1 else None)
+            out, last = output
+            state = torch.zeros(1, 1, module.hidden_size, dtype=torch.float64) \
+                if h is None else h
+            for t in range(x.shape[1]):
+                gates = torch_gates(module, x[:, t], state[0])
+                assert torch.allclose(gates["H"], out[:, t], rtol=1e-14, atol=1e-15)
+                steps[which].append({k: v.detach().numpy() for k, v in gates.items()})
+                state = out[:, t].unsqueeze(0)
+        return hook
+
+    handles = [encoder.gru.register_forward_hook(record("encoder")),
+               decoder.gru.register_forward_hook(record("decoder"))]
+    with torch.no_grad():
+        source = torch.tensor([src_ids], dtype=torch.long)
+        outputs, hidden = encoder(source)
+        tgt = None if target is None else torch.tensor([target], dtype=torch.long)
+        log_probs, _, attentions = decoder(outputs, hidden, tgt, max_length=decode,
+                                           sos_token=sos, attention=attention)
+    for handle in handles:
+        handle.remove()
+    return {"ENC_OUTPUTS": outputs[0].numpy(), "LOG_PROBS": log_probs[0].numpy(),
+            "ATTN_WEIGHTS": None if attentions is None else attentions[0].numpy(),
+            "GENERATED": log_probs[0].argmax(-1).numpy().reshape(-1, 1).astype(float),
+            **steps}
+
+
+def params_of(src_len, hidden, src_vocab, tgt_vocab, decode, sos=0, eos=1, attention=True,
+              teacher_forcing=False):
+    """The reference's parameters (the sheet's are the same fields)."""
+    return SimpleNamespace(src_len=src_len, hidden=hidden, src_vocab=src_vocab,
+                           tgt_vocab=tgt_vocab, decode=decode, sos=sos, eos=eos,
+                           no_attention=not attention, teacher_forcing=teacher_forcing)
+
+
+def close(got, want, what):
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=what)
+
+
+CASES = [  # src_len, hidden, src_vocab, tgt_vocab, decode, sos, attention, teacher forcing
+    (5, 4, 7, 6, 4, 0, True, False),
+    (5, 4, 7, 6, 4, 0, False, False),
+    (3, 2, 4, 5, 5, 2, True, False),
+    (6, 3, 8, 9, 3, 0, True, True),
+    (6, 3, 8, 9, 3, 0, False, True),
+    (1, 1, 2, 3, 2, 1, True, False),
+]
+
+
+@requires_torch
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_reference_equals_the_pytorch_tutorials_encoder_and_attention_decoder(case):
+    n, size, src_vocab, tgt_vocab, decode, sos, attention, forcing = case
+    encoder, decoder = tutorial_modules(src_vocab, tgt_vocab, size, seed=sum(case[:5]))
+    rng = np.random.default_rng(n * 100 + size)
+    src = rng.integers(0, src_vocab, size=n).tolist()
+    target = rng.integers(0, tgt_vocab, size=decode).tolist() if forcing else None
+    inputs = {**inputs_from_modules(encoder, decoder),
+              "SRC_IDS": np.array(src, dtype=float).reshape(-1, 1)}
+    if forcing:
+        inputs["TGT_IDS"] = np.array(target, dtype=float).reshape(-1, 1)
+    want = run_tutorial(encoder, decoder, src, decode, sos, attention, target)
+    got = seq2seq_ref(inputs, params_of(n, size, src_vocab, tgt_vocab, decode, sos,
+                                        attention=attention, teacher_forcing=forcing))
+    close(got["ENC_OUTPUTS"], want["ENC_OUTPUTS"], "encoder states")
+    for t, gates in enumerate(want["encoder"]):
+        for gate, value in gates.items():
+            close(got[f"ENC_{gate}_T{t + 1}"], value, f"encoder {gate} at step {t + 1}")
+    assert len(want["decoder"]) == decode
+    for k, gates in enumerate(want["decoder"]):
+        for gate, value in gates.items():
+            close(got[f"DEC_{gate}_T{k + 1}"], value, f"decoder {gate} at step {k + 1}")
+    close(got["DEC_HIDDEN"], np.vstack([g["H"] for g in want["decoder"]]), "decoder states")
+    close(got["LOG_PROBS"], want["LOG_PROBS"], "log-probabilities")
+    assert np.array_equal(got["GENERATED"], want["GENERATED"])
+    if attention:
+        close(got["ATTN_WEIGHTS"], want["ATTN_WEIGHTS"], "attention weights")
+    else:
+        assert "ATTN_WEIGHTS" not in got
+    if not forcing:  # greedy: each step read the id the step before chose
+        fed = [sos] + want["GENERATED"][:-1, 0].astype(int).tolist()
+    else:
+        fed = [sos] + target[:-1]
+    assert [int(got[f"DEC_IN_T{k + 1}"][0, 0]) for k in range(decode)] == fed
+
+
+@requires_torch
+def test_without_attention_the_same_weights_give_another_translation():
+    """The bottleneck model on the same weights: every step's context is h_n, so the
+    decoder states differ from the attention model's after the first step."""
+    case = (5, 4, 7, 6, 4)
+    encoder, decoder = tutorial_modules(7, 6, 4, seed=3)
+    inputs = {**inputs_from_modules(encoder, decoder),
+              "SRC_IDS": np.array([[1], [4], [2], [6], [0]], dtype=float)}
+    with_attention = seq2seq_ref(inputs, params_of(*case))
+    bottleneck = seq2seq_ref(inputs, params_of(*case, attention=False))
+    for k in range(4):
+        close(bottleneck[f"CONTEXT_T{k + 1}"], with_attention["ENC_OUTPUTS"][-1:], "h_n")
+    assert not np.allclose(with_attention["DEC_HIDDEN"], bottleneck["DEC_HIDDEN"])
