@@ -106,6 +106,12 @@ CASES = {
                                 "cells"),
     **both_layouts("ssm_n2_gate", "ssm", {"seq_len": 2, "d_model": 1, "d_state": 2,
                                           "gate": True}),
+    # two encoder and two decoder steps: step 2 reads step 1's state and chosen id
+    **both_layouts("seq2seq_n2", "seq2seq", {"src_len": 2, "hidden": 1, "src_vocab": 2,
+                                             "tgt_vocab": 2, "decode": 2}),
+    "seq2seq_n2_bottleneck_forced_cells": ("seq2seq", {
+        "src_len": 2, "hidden": 1, "src_vocab": 2, "tgt_vocab": 2, "decode": 2,
+        "no_attention": True, "teacher_forcing": True}, "cells"),
     # two steps of each: t > 1 reads the step before (Adam: its moments)
     **both_layouts("train_n2_causal", "train",
                    {"seq_len": 2, "vocab": 2, "d_k": 1, "steps": 2, "causal": True}),

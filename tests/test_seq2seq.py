@@ -4,13 +4,23 @@ attention weight, decoder state, log-probability and generated id, with and with
 attention and with teacher forcing; the sheet against the reference on sizes no other test
 uses, in `formulas`, LibreOffice and Gnumeric."""
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
+import openpyxl
 import pytest
-from helpers.requires import requires_torch
+from helpers.books import build, cell_of, check_built, evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
 
 from reference.seq2seq import seq2seq_ref
+from workbook_builder.checking.check import check_workbook
+from workbook_builder.cli.printing import format_report
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.gnumeric import evaluate_with_gnumeric
+from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+from workbook_builder.sheet.names import find_name
 
 RTOL, ATOL = 1e-12, 1e-15
 
@@ -244,3 +254,174 @@ def test_without_attention_the_same_weights_give_another_translation():
     for k in range(4):
         close(bottleneck[f"CONTEXT_T{k + 1}"], with_attention["ENC_OUTPUTS"][-1:], "h_n")
     assert not np.allclose(with_attention["DEC_HIDDEN"], bottleneck["DEC_HIDDEN"])
+
+
+# -- the sheet against PyTorch, in every engine -------------------------------------------------
+
+# sizes no other test builds: 5 source tokens, H = 3, 6 source and 7 target ids, 4 steps
+SHEET_SIZES = {"src_len": 5, "hidden": 3, "src_vocab": 6, "tgt_vocab": 7, "decode": 4}
+SOURCE = [3, 0, 5, 1, 4]
+
+
+def tutorial_book(tmp_path, attention: bool, layout: str = "cells"):
+    """A sheet built from the tutorial modules' own weights, and what PyTorch computes."""
+    encoder, decoder = tutorial_modules(6, 7, 3, seed=11)
+    given = {**inputs_from_modules(encoder, decoder),
+             "SRC_IDS": np.array(SOURCE, dtype=float).reshape(-1, 1)}
+    if not attention:
+        given = {k: v for k, v in given.items()
+                 if k not in ("W_A", "B_W", "U_A", "B_U", "V_A", "B_V")}
+    params = {**SHEET_SIZES, "no_attention": not attention}
+    path = build(tmp_path, "seq2seq", params, layout=layout, given=given,
+                 name=f"tutorial_{attention}_{layout}.xlsx")
+    return path, run_tutorial(encoder, decoder, SOURCE, 4, 0, attention)
+
+
+def assert_sheet_equals_pytorch(path, values, want, attention: bool):
+    gates = [f"ENC_{g}_T{t + 1}" for t in range(5) for g in "RZNH"] + \
+            [f"DEC_{g}_T{k + 1}" for k in range(4) for g in "RZNH"]
+    names = ["ENC_OUTPUTS", "DEC_HIDDEN", "LOG_PROBS", "GENERATED", *gates] + \
+        (["ATTN_WEIGHTS"] if attention else [])
+    got = evaluated_blocks(path, values, names)
+    worst = 0.0
+    for name in names:
+        if name.startswith(("ENC_", "DEC_")) and name[-3:-1] == "_T":
+            side, gate, step = name.split("_")
+            expected = want["encoder" if side == "ENC" else "decoder"][int(step[1:]) - 1][gate]
+        elif name == "DEC_HIDDEN":
+            expected = np.vstack([g["H"] for g in want["decoder"]])
+        else:
+            expected = want[name]
+        close(got[name], expected, name)
+        worst = max(worst, float(np.max(np.abs(got[name] - expected)
+                                        / np.maximum(np.abs(expected), 1e-300))))
+    print(path.name, "max relative difference from PyTorch:", worst)
+    assert np.array_equal(got["GENERATED"], want["GENERATED"])
+
+
+ENGINES = [pytest.param("formulas"),
+           pytest.param("libreoffice", marks=requires_libreoffice),
+           pytest.param("gnumeric", marks=requires_gnumeric)]
+
+
+@requires_torch
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("attention", [True, False], ids=["attention", "bottleneck"])
+def test_the_sheet_equals_the_pytorch_tutorial_in_every_engine(tmp_path, engine, attention):
+    path, want = tutorial_book(tmp_path, attention)
+    evaluate = {"formulas": evaluate_with_formulas, "libreoffice": evaluate_with_libreoffice,
+                "gnumeric": evaluate_with_gnumeric}[engine]
+    assert_sheet_equals_pytorch(path, evaluate(path), want, attention)
+    report = check_workbook(path, engine)
+    print(format_report(report))
+    assert report.passed
+
+
+@requires_torch
+def test_the_blocks_layout_equals_the_pytorch_tutorial(tmp_path):
+    path, want = tutorial_book(tmp_path, True, layout="blocks")
+    assert_sheet_equals_pytorch(path, evaluate_with_formulas(path), want, True)
+
+
+@pytest.mark.parametrize("case", [
+    {"src_len": 6, "hidden": 2, "src_vocab": 3, "tgt_vocab": 8, "decode": 5, "sos": 3,
+     "eos": 2, "teacher_forcing": True},
+    {"src_len": 2, "hidden": 4, "src_vocab": 9, "tgt_vocab": 3, "decode": 6},
+], ids=["forced", "long-decode"])
+@pytest.mark.parametrize("layout", ["cells", "blocks"])
+def test_the_sheet_equals_the_reference(tmp_path, case, layout):
+    path = build(tmp_path, "seq2seq", case, layout=layout, seed=7)
+    report = check_built(path)
+    print(format_report(report))
+    assert report.passed and {"GENERATED", "FIRST_EOS"} <= {s.name for s in report.steps}
+
+
+def test_editing_a_source_id_changes_the_translation_live(tmp_path):
+    """The sheet is live: a new source id moves every encoder state, the attention and
+    the log-probabilities, and `check` recomputes the reference from the edited ids."""
+    path = build(tmp_path, "seq2seq", SHEET_SIZES, seed=3)
+    before = evaluated_blocks(path, evaluate_with_formulas(path), ["ATTN_WEIGHTS", "LOG_PROBS"])
+    wb = openpyxl.load_workbook(path)
+    cell = cell_of(wb, "SRC_IDS", 0, 0)
+    cell.value = (cell.value + 1) % SHEET_SIZES["src_vocab"]
+    wb.save(path)
+    after = evaluated_blocks(path, evaluate_with_formulas(path), ["ATTN_WEIGHTS", "LOG_PROBS"])
+    assert np.abs(after["ATTN_WEIGHTS"] - before["ATTN_WEIGHTS"]).max() > 1e-6
+    assert np.abs(after["LOG_PROBS"] - before["LOG_PROBS"]).max() > 1e-6
+    assert check_workbook(path).passed
+
+
+def test_first_eos_marks_only_the_first_end_id(tmp_path):
+    """FIRST_EOS is 1 at the first step whose id is EOS and 0 elsewhere: with teacher
+    forcing the ids are still the argmax, so EOS is set to an id the sheet generates."""
+    case = {"src_len": 3, "hidden": 2, "src_vocab": 4, "tgt_vocab": 3, "decode": 6}
+    path = build(tmp_path, "seq2seq", case, seed=1)
+    generated = evaluated_blocks(path, evaluate_with_formulas(path), ["GENERATED"])
+    ids = generated["GENERATED"][:, 0].astype(int).tolist()
+    eos = ids[1]  # the id of step 2: maybe also at later steps
+    path = build(tmp_path, "seq2seq", {**case, "eos": eos}, seed=1, name="eos.xlsx")
+    marks = evaluated_blocks(path, evaluate_with_formulas(path), ["FIRST_EOS", "GENERATED"])
+    assert marks["GENERATED"][:, 0].astype(int).tolist() == ids  # EOS changes no number
+    first = ids.index(eos)
+    assert marks["FIRST_EOS"][:, 0].tolist() == [float(k == first) for k in range(6)]
+
+
+def test_the_cost_table_counts_the_sheets_products(tmp_path):
+    """COST_ENCODER and COST_ATTENTION at the sheet's n equal the multiplications of the
+    matrix products the sheet writes (terms of each MMULT or SUMPRODUCT): X·W_I and
+    h·W_H for the encoder; U_a·h_j, W_a·s, v·tanh and the context for attention."""
+    path = build(tmp_path, "seq2seq", SHEET_SIZES, seed=2)
+    wb = openpyxl.load_workbook(path)
+
+    def terms(pattern: str) -> int:
+        count = 0
+        for name in (n for n in wb.defined_names if re.fullmatch(pattern, n)):
+            where = find_name(wb, name, path)
+            ws = wb[where.sheet]
+            for i in range(where.shape[0]):
+                for j in range(where.shape[1]):
+                    for first in re.findall(r"(?:SUMPRODUCT|MMULT)\(([^,()]+),",
+                                            str(ws.cell(where.top + i, where.left + j).value)):
+                        count += cells_in(first)
+        return count
+
+    table = evaluated_blocks(path, evaluate_with_formulas(path),
+                             ["COST_ENCODER", "COST_ATTENTION", "COST_STEPS"])
+    assert table["COST_ENCODER"][0, 0] == terms(r"ENC_GX|ENC_GH_T\d+")
+    assert table["COST_ATTENTION"][0, 0] == terms(r"UH|WS_T\d+|SCORES_T\d+|CONTEXT_T\d+")
+    assert table["COST_STEPS"][0, 0] == 5 + 4
+    assert terms(r"ENC_GH_T1") == 0  # h_0 = 0: the first step's recurrent side is its bias
+
+
+def cells_in(ref: str) -> int:
+    """Cells of a reference such as $B5:$D5 or C7."""
+    match = re.fullmatch(r"\$?([A-Z]+)\$?(\d+)(?::\$?([A-Z]+)\$?(\d+))?", ref.strip())
+    assert match, ref
+    c0, r0, c1, r1 = match.groups()
+    if c1 is None:
+        return 1
+    col = openpyxl.utils.column_index_from_string
+    return (abs(int(r1) - int(r0)) + 1) * (abs(col(c1) - col(c0)) + 1)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--sos", "6"], "--sos must be a target id 0 … 5"),
+    (["--eos", "-1"], "--eos must be a target id"),
+    (["--decode", "0"], "--decode must be a positive whole number"),
+    (["--tokens", "a,b|x,y,z", "--src-len", "3"], "2 source and 3 target"),
+])
+def test_cli_refuses_bad_parameters_in_one_line(tmp_path, args, words):
+    result = cli("build", "seq2seq", "-o", tmp_path / "a.xlsx", *args)
+    assert words in one_line_error(result)
+
+
+def test_cli_builds_a_labelled_translation_and_check_passes(tmp_path):
+    path = tmp_path / "t.xlsx"
+    built = cli("build", "seq2seq", "-o", path, "--tokens", "我,爱,AI|I,love,AI,<eos>")
+    assert built.returncode == 0, built.stderr
+    wb = openpyxl.load_workbook(path)
+    where = find_name(wb, "ATTN_WEIGHTS", path)
+    ws = wb[where.sheet]
+    assert [ws.cell(where.top - 1, where.left + j).value for j in range(3)] == ["我", "爱", "AI"]
+    assert ws.cell(where.top + 3, where.left - 1).value == "<eos>"
+    assert check_workbook(path).passed

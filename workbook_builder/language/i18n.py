@@ -36,6 +36,7 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
     "mamba-block": (COST, "ssm"),
     "flash": (COST,), "linear": (COST,), "multihead": (COST,), "sliding-window": (COST,),
     "ssm": (COST,),
+    "seq2seq": (COST, "additive"),
 }
 
 SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
