@@ -425,3 +425,57 @@ def test_cli_builds_a_labelled_translation_and_check_passes(tmp_path):
     assert [ws.cell(where.top - 1, where.left + j).value for j in range(3)] == ["我", "爱", "AI"]
     assert ws.cell(where.top + 3, where.left - 1).value == "<eos>"
     assert check_workbook(path).passed
+
+
+# -- the tutorial's trained model, from its state dicts ------------------------------------------
+
+def save_state_dicts(path, encoder, decoder, extra=None, drop=()):
+    """The two modules' state dicts in one file, keys under encoder. and decoder."""
+    import torch
+
+    state = {**{f"encoder.{k}": v for k, v in encoder.state_dict().items()},
+             **{f"decoder.{k}": v for k, v in decoder.state_dict().items()}, **(extra or {})}
+    torch.save({k: v for k, v in state.items() if k not in drop}, path)
+    return path
+
+
+@requires_torch
+def test_a_checkpoint_of_the_tutorials_modules_gives_the_sheet_of_the_model(tmp_path):
+    encoder, decoder = tutorial_modules(6, 7, 3, seed=11)
+    model = save_state_dicts(tmp_path / "model.pt", encoder, decoder)
+    path = tmp_path / "model.xlsx"
+    built = cli("build", "seq2seq", "-o", path, "--checkpoint", model,
+                "--token-ids", ",".join(map(str, SOURCE)), "--decode", "4")
+    assert built.returncode == 0, built.stderr
+    want = run_tutorial(encoder, decoder, SOURCE, 4, 0, True)
+    assert_sheet_equals_pytorch(path, evaluate_with_formulas(path), want, True)
+    assert check_workbook(path).passed
+
+
+@requires_torch
+@pytest.mark.parametrize("change,args,words", [
+    ("extra", [], "tensor decoder.gru.weight_ih_l1: a GRU of more than one layer"),
+    ("reverse", [], "tensor encoder.gru.weight_hh_l0_reverse: a bidirectional GRU"),
+    ("drop", [], "no tensor decoder.attention.Va.bias (1 expected)"),
+    ("shape", [], "tensor decoder.out.weight has shape 7×4; 7×3 was expected"),
+    (None, ["--no-attention"], "--no-attention leaves the checkpoint's attention out"),
+    (None, ["--hidden", "4"], "--hidden 4 does not fit"),
+    (None, ["--token-ids", "1,6"], "token id 6 is outside the source vocabulary (0 … 5)"),
+    (None, ["--text", "je suis"], "give the source sentence as --token-ids"),
+])
+def test_a_checkpoint_is_read_exactly_or_refused_in_one_line(tmp_path, change, args, words):
+    import torch
+
+    encoder, decoder = tutorial_modules(6, 7, 3, seed=11)
+    extra, drop = {}, ()
+    if change == "extra":
+        extra = {"decoder.gru.weight_ih_l1": torch.zeros(9, 3, dtype=torch.float64)}
+    elif change == "reverse":
+        extra = {"encoder.gru.weight_hh_l0_reverse": torch.zeros(9, 3, dtype=torch.float64)}
+    elif change == "drop":
+        drop = ("decoder.attention.Va.bias",)
+    elif change == "shape":
+        extra = {"decoder.out.weight": torch.zeros(7, 4, dtype=torch.float64)}
+    model = save_state_dicts(tmp_path / "model.pt", encoder, decoder, extra, drop)
+    result = cli("build", "seq2seq", "-o", tmp_path / "a.xlsx", "--checkpoint", model, *args)
+    assert words in one_line_error(result)

@@ -145,7 +145,8 @@ def _taking_str_paths(function: Callable) -> Callable:
 # kinds whose family module reads its checkpoints itself (no heads; other tensors):
 # kind -> (module, function)
 OWN_READERS = {"mamba-block": ("workbook_builder.models.mamba", "model_inputs"),
-               "kv-cache": ("workbook_builder.models.kv_cache", "kv_cache_inputs")}
+               "kv-cache": ("workbook_builder.models.kv_cache", "kv_cache_inputs"),
+               "seq2seq": ("workbook_builder.models.seq2seq", "seq2seq_inputs")}
 CHECKPOINT_KINDS = (*KIND_FAMILIES, *OWN_READERS)
 # a real model's layer in the `cells` layout (one formula per cell, each reading a whole
 # row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
