@@ -14,6 +14,9 @@ Encoder, t = 1 … n (h_0 = 0), x_t = ENC_EMB[src_t] (dropout is the identity in
     n_t = tanh(GX_t[n] + r_t ⊙ GH_t[n]) candidate state
     h_t = (1 − z_t) ⊙ n_t + z_t ⊙ h_{t−1}
 ENC_OUTPUTS = [h_1; …; h_n],  s_0 = h_n.
+Bidirectional (as PyTorch's chatbot tutorial combines nn.GRU(bidirectional=True)): a second
+GRU with its own weights (`_REV`, nn.GRU's `…_l0_reverse`) runs up the rows from ←h_{n+1} = 0;
+ENC_OUTPUTS = →h_t + ←h_t, and s_0 = the forward h_n (its `encoder_hidden[:1]`).
 
 Decoder, step k = 1 … K, the previous id y_{k−1} (y_0 = SOS; with teacher forcing the
 target id k − 1 instead of the argmax):
@@ -59,21 +62,35 @@ def log_softmax_steps(logits: np.ndarray) -> dict[str, np.ndarray]:
             "LOG_PROBS": logits - m - np.log(total)}
 
 
-def encoder_steps(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """SRC_EMB, ENC_GX, each step's ENC_GH/R/Z/N/H_Tt and ENC_OUTPUTS."""
+def encoder_steps(inputs: dict[str, np.ndarray], bidirectional: bool = False
+                  ) -> dict[str, np.ndarray]:
+    """SRC_EMB, ENC_GX, each step's ENC_GH/R/Z/N/H_Tt and ENC_OUTPUTS; bidirectional, also
+    the backward GRU up the rows (ENC_GX_REV, ENC_BACK_…_Tt, t = n … 1, from its own
+    weights) and ENC_OUTPUTS the sum of the two directions' states."""
     ids = inputs["SRC_IDS"][:, 0].astype(int)
-    emb = inputs["ENC_EMBEDDING"][ids]                                      # x_t = EMB[src_t]
+    emb = inputs["ENC_EMBEDDING"][ids]                                # x_t = EMB[src_t]
     size = emb.shape[1]
     gx = emb @ inputs["ENC_W_I"] + inputs["ENC_B_I"]                  # X·W_I + b_I
     steps = {"SRC_EMB": emb, "ENC_GX": gx}
     h = np.zeros((1, size))                                           # h_0 = 0
-    outputs = []
+    forward = []
     for t in range(len(ids)):
         gates = gru_gates(gx[t:t + 1], h, inputs["ENC_W_H"], inputs["ENC_B_H"])
         steps.update({f"ENC_{name}_T{t + 1}": value for name, value in gates.items()})
         h = gates["H"]
-        outputs.append(h)
-    steps["ENC_OUTPUTS"] = np.vstack(outputs)
+        forward.append(h)
+    steps["ENC_OUTPUTS"] = np.vstack(forward)
+    if bidirectional:
+        gx_rev = emb @ inputs["ENC_W_I_REV"] + inputs["ENC_B_I_REV"]
+        steps["ENC_GX_REV"] = gx_rev
+        h = np.zeros((1, size))                                       # ←h_{n+1} = 0
+        backward = [None] * len(ids)
+        for t in reversed(range(len(ids))):                           # up the rows
+            gates = gru_gates(gx_rev[t:t + 1], h, inputs["ENC_W_H_REV"],
+                              inputs["ENC_B_H_REV"])
+            steps.update({f"ENC_BACK_{name}_T{t + 1}": value for name, value in gates.items()})
+            h = backward[t] = gates["H"]
+        steps["ENC_OUTPUTS"] = steps["ENC_OUTPUTS"] + np.vstack(backward)  # →h_t + ←h_t
     return steps
 
 
@@ -94,13 +111,15 @@ def attention_steps(inputs: dict[str, np.ndarray], state: np.ndarray, uh: np.nda
 def seq2seq_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     """Every block of the `seq2seq` sheet: the encoder, K decoder steps, the stacked
     results and the cost table."""
-    steps = encoder_steps(inputs)
+    bidirectional = getattr(params, "bidirectional", False)
+    steps = encoder_steps(inputs, bidirectional)
     keys = steps["ENC_OUTPUTS"]
     src_len, size = keys.shape
     attention = not params.no_attention
     if attention:
         steps["UH"] = keys @ inputs["U_A"] + inputs["B_U"]     # U_a·h_j + b_U
-    state = keys[-1:]                                                 # s_0 = h_n
+    last = steps[f"ENC_H_T{src_len}"]                                 # the forward h_n
+    state = last                                                      # s_0 = h_n
     previous = params.sos
     stacked = {"ATTN_WEIGHTS": [], "DEC_HIDDEN": [], "LOG_PROBS": [], "GENERATED": []}
     for k in range(params.decode):
@@ -113,7 +132,7 @@ def seq2seq_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
             step.update(attention_steps(inputs, state, steps["UH"], keys))
             stacked["ATTN_WEIGHTS"].append(step["WEIGHTS"])
         else:
-            step["CONTEXT"] = keys[-1:]                               # c = h_n, every step
+            step["CONTEXT"] = last                                    # c = h_n, every step
         step["DEC_X"] = np.hstack([step["DEC_EMB"], step["CONTEXT"]])  # [e; c]
         step["DEC_GX"] = step["DEC_X"] @ inputs["DEC_W_I"] + inputs["DEC_B_I"]
         gates = gru_gates(step["DEC_GX"], state, inputs["DEC_W_H"], inputs["DEC_B_H"])
@@ -134,17 +153,18 @@ def seq2seq_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     if ends.size:
         first_eos[ends[0], 0] = 1.0
     steps["FIRST_EOS"] = first_eos
-    return {**steps, **seq2seq_cost(src_len, size, params.decode, attention)}
+    return {**steps, **seq2seq_cost(src_len, size, params.decode, attention, bidirectional)}
 
 
-def seq2seq_cost(src_len: int, size: int, decode: int,
-                 attention: bool) -> dict[str, np.ndarray]:
+def seq2seq_cost(src_len: int, size: int, decode: int, attention: bool,
+                 bidirectional: bool = False) -> dict[str, np.ndarray]:
     """Per source length n: the encoder's multiply-adds, n sequential steps of
     h·W_H (H·3H each; h_0 = 0 makes the first a bias only) and the input side X·W_I
-    (n·H·3H); each decoder step's attention, U_a·h_j once (n·H²) then per step W_a·s (H²),
-    v·tanh over n pairs (n·H) and the context (n·H)."""
+    (n·H·3H), twice when bidirectional; each decoder step's attention, U_a·h_j once (n·H²)
+    then per step W_a·s (H²), v·tanh over n pairs (n·H) and the context (n·H)."""
     ns = lengths(src_len)
-    recurrence = (ns - 1) * size * 3 * size + ns * size * 3 * size
+    directions = 2 if bidirectional else 1
+    recurrence = directions * ((ns - 1) * size * 3 * size + ns * size * 3 * size)
     per_step = size * size + 2 * ns * size if attention else 0 * ns
     once = ns * size * size if attention else 0 * ns
     return cost_blocks([src_len, size, decode], ns,

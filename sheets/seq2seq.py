@@ -16,7 +16,7 @@ stacked blocks ENC_OUTPUTS, ATTN_WEIGHTS, DEC_HIDDEN, LOG_PROBS and GENERATED ga
 steps, one row each.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reference.seq2seq import seq2seq_ref
 from sheets._blocks.additive import additive_scores, alignment_pairs, side_projection
@@ -59,6 +59,9 @@ class Seq2seqParams:
         "help": "the bottleneck model on the same weights: every step's context is h_n"})
     teacher_forcing: bool = field(default=False, metadata={
         "help": "add an input TGT_IDS: step k reads target id k − 1, not its own argmax"})
+    bidirectional: bool = field(default=False, metadata={
+        "help": "a second encoder GRU up the rows (its own _REV weights); ENC_OUTPUTS = "
+                "→h_t + ←h_t, s_0 = the forward h_n (PyTorch's chatbot tutorial)"})
 
     @property
     def d_att(self) -> int:  # the attention's width: the tutorial's Wa, Ua are H × H
@@ -98,6 +101,17 @@ ENC_B_I = Input("ENC_B_I", BROADCAST, three_h, "b_I = bias_ih_l0", ["b"], gate_c
 ENC_W_H = Input("ENC_W_H", "hidden", three_h,
                 "encoder GRU recurrent weights W_H = weight_hh_l0ᵀ", "h", gate_cols)
 ENC_B_H = Input("ENC_B_H", BROADCAST, three_h, "b_H = bias_hh_l0", ["b"], gate_cols)
+REVERSE_INPUTS = [
+    Input("ENC_W_I_REV", "hidden", three_h, "backward GRU input weights = weight_ih_l0_reverseᵀ",
+          "d", gate_cols, when="bidirectional"),
+    Input("ENC_B_I_REV", BROADCAST, three_h, "bias_ih_l0_reverse", ["b"], gate_cols,
+          when="bidirectional"),
+    Input("ENC_W_H_REV", "hidden", three_h,
+          "backward GRU recurrent weights = weight_hh_l0_reverseᵀ", "h", gate_cols,
+          when="bidirectional"),
+    Input("ENC_B_H_REV", BROADCAST, three_h, "bias_hh_l0_reverse", ["b"], gate_cols,
+          when="bidirectional"),
+]
 DEC_EMBEDDING = Input("DEC_EMBEDDING", "tgt_vocab", "hidden", "decoder embedding table",
                       ids_from_0("tgt_vocab"), "d")
 ATTENTION_INPUTS = [
@@ -124,10 +138,10 @@ OUT_B = Input("OUT_B", BROADCAST, "tgt_vocab", "out.bias", ["b"], ids_from_0("tg
 
 # -- the GRU step -----------------------------------------------------------------------------
 def gru_step(prefix: str, sfx: str, gx: str, gx_row: int, prev: tuple[str, int] | None,
-             w_h: str, b_h: str, row_labels) -> list[Step]:
+             w_h: str, b_h: str, row_labels, before: str = "h_{t−1}") -> list[Step]:
     """One nn.GRU step as five one-row blocks: GH (the recurrent side), R, Z, N and H.
-    `gx` row `gx_row` is the input side x·W_I + b_I; `prev` the block and row of h_{t−1}
-    (None: h_0 = 0)."""
+    `gx` row `gx_row` is the input side x·W_I + b_I; `prev` the block and row of the state
+    before, written `before` in the equations (None: a zero state)."""
     names = {g: f"{prefix}_{g}{sfx}" for g in ("GH", "R", "Z", "N", "H")}
 
     def part(env, block: str, row: int, gate: int, j: int | None) -> str:
@@ -168,7 +182,7 @@ def gru_step(prefix: str, sfx: str, gx: str, gx_row: int, prev: tuple[str, int] 
                 for g in ("Z", "N"))
         return f"=(1-{z})*{n}" if prev is None else f"=(1-{z})*{n}+{z}*{previous(env, j)}"
 
-    first = "" if prev is None else "h_{t−1}·W_H + "
+    first = "" if prev is None else f"{before}·W_H + "
     return [
         Step(names["GH"], f"GH = {first}b_H", ByRow(1, three_h, recurrent),
              "The recurrent side of all three gates: the state before times W_H, plus b_H "
@@ -183,7 +197,7 @@ def gru_step(prefix: str, sfx: str, gx: str, gx_row: int, prev: tuple[str, int] 
         Step(names["N"], "n = tanh(GX[n] + r ⊙ GH[n])", ByRow(1, "hidden", candidate),
              "Candidate state: the input, plus the reset share of the recurrent side.",
              row_labels=row_labels, col_labels="n"),
-        Step(names["H"], "h = (1 − z) ⊙ n" + ("" if prev is None else " + z ⊙ h_{t−1}"),
+        Step(names["H"], "h = (1 − z) ⊙ n" + ("" if prev is None else f" + z ⊙ {before}"),
              ByRow(1, "hidden", new_state),
              "The new state: a per-column blend of the candidate and the state before.",
              row_labels=row_labels, col_labels="h"),
@@ -200,12 +214,30 @@ def encoder_sections(p) -> list:
                                 f"reads row {t + 1} of GX and the state before",
             gru_step("ENC", f"_T{t + 1}", "ENC_GX", t, prev, "ENC_W_H", "ENC_B_H",
                      f"src_{t + 1}")))
+    if p.bidirectional:
+        for t in reversed(range(p.src_len)):  # up the rows: ←h_t reads ←h_{t+1}
+            after = None if t == p.src_len - 1 else (f"ENC_BACK_H_T{t + 2}", 0)
+            steps.append(section(
+                lambda labels, t=t: f"Encoder, backward step {p.src_len - t} — token "
+                                    f"{labels['src'][t]}: the reverse GRU reads row {t + 1} "
+                                    f"of GX_REV and the state after",
+                gru_step("ENC_BACK", f"_T{t + 1}", "ENC_GX_REV", t, after, "ENC_W_H_REV",
+                         "ENC_B_H_REV", f"src_{t + 1}", before="←h_{t+1}")))
     stacked = Step("ENC_OUTPUTS", "ENC_OUTPUTS = [h_1; …; h_n]",
                    Custom("src_len", "hidden", lambda i, j, env:
                           f"={env[f'ENC_H_T{i + 1}'].cell(0, j)}"),
                    "The encoder's outputs, one row per source token: what attention looks "
                    "at. The last row h_n is s_0, the decoder's first state.",
                    row_labels="src", col_labels="h")
+    if p.bidirectional:
+        stacked = Step("ENC_OUTPUTS", "ENC_OUTPUTS = →h_t + ←h_t",
+                       Custom("src_len", "hidden", lambda i, j, env:
+                              f"={env[f'ENC_H_T{i + 1}'].cell(0, j)}"
+                              f"+{env[f'ENC_BACK_H_T{i + 1}'].cell(0, j)}"),
+                       "The encoder's outputs, one row per source token: the forward and "
+                       "the backward state summed, so each row has read the whole sentence. "
+                       "The forward h_n is s_0, the decoder's first state.",
+                       row_labels="src", col_labels="h")
     return steps + [section("The encoder's outputs: every state, stacked (h_n is the "
                             "decoder's first state s_0)", stacked)]
 
@@ -247,10 +279,9 @@ def _concat(k: int):
 
 
 def _bottleneck(i, j, env) -> str:
-    # c = h_n, the encoder's last state, at every step
-    last = env.params.src_len - 1
-    enc = env["ENC_OUTPUTS"]
-    return f"={enc.row(last)}" if j is None else f"={enc.cell(last, j)}"
+    # c = h_n, the encoder's last (forward) state, at every step
+    last = env[f"ENC_H_T{env.params.src_len}"]
+    return f"={last.row(0)}" if j is None else f"={last.cell(0, j)}"
 
 
 def attention_steps(k: int, p) -> list:
@@ -289,9 +320,10 @@ def decoder_step(k: int, p):
         [Step("DEC_IN" + sfx, "y_{k−1}", Custom(1, 1, _input_id(k)),
               "The id this step reads.", row_labels=step, col_labels=["id"],
               number_format="0"),
-         token_lookup("DEC_EMB" + sfx, "DEC_IN" + sfx, "DEC_EMBEDDING", 1, "hidden",
-                      "e = DEC_EMBEDDING[y_{k−1}, ·]",
-                      "The row of the decoder's embedding table for that id."),
+         replace(token_lookup("DEC_EMB" + sfx, "DEC_IN" + sfx, "DEC_EMBEDDING", 1, "hidden",
+                              "e = DEC_EMBEDDING[y_{k−1}, ·]",
+                              "The row of the decoder's embedding table for that id."),
+                 row_labels=step),
          *attention_steps(k, p)],
         [Step("DEC_X" + sfx, "x = [e; c]", ByRow(1, lambda p: 2 * p.hidden, _concat(k),
                                                  per_cell=True),
@@ -302,7 +334,7 @@ def decoder_step(k: int, p):
               "The input side of the decoder GRU's three gates.", row_labels=step,
               col_labels=gate_cols),
          *gru_step("DEC", sfx, "DEC_GX" + sfx, 0, _state_before(k, p), "DEC_W_H", "DEC_B_H",
-                   step)],
+                   step, before="s_{k−1}")],
         [Step("LOGITS" + sfx, "s_k·W_out + b_out",
               MatMul("DEC_H" + sfx, "OUT_W", plus="OUT_B"),
               "A score for every target id.", row_labels=step, col_labels=ids),
@@ -368,11 +400,20 @@ COST_SIZES = {"n": "src_len", "H": "hidden", "K": "decode"}
 
 def cost_columns(p) -> list[Cost]:
     attention_cost = "={n}*{H}^2+{K}*({H}^2+2*{n}*{H})" if attention(p) else "=0*{n}"
+    # X·W_I for every row; h_{t−1}·W_H from the second step on (h_0 = 0); both directions
+    encoder = Cost("COST_ENCODER", "n·H·3H + (n−1)·H·3H", "={n}*3*{H}^2+({n}-1)*3*{H}^2",
+                   "The encoder's multiply-adds: the input side of every row and the "
+                   "recurrent side from the second step on. O(n·H²), and its n steps run one "
+                   "after another.")
+    if p.bidirectional:
+        encoder = Cost("COST_ENCODER", "2·(n·H·3H + (n−1)·H·3H)",
+                       "=2*({n}*3*{H}^2+({n}-1)*3*{H}^2)",
+                       "The encoder's multiply-adds, both directions: the input side of "
+                       "every row and the recurrent side from the second step on. O(n·H²); "
+                       "the two directions may run side by side, each one step after "
+                       "another.")
     return [
-        # X·W_I for every row; h_{t−1}·W_H from the second step on (h_0 = 0)
-        Cost("COST_ENCODER", "n·H·3H + (n−1)·H·3H", "={n}*3*{H}^2+({n}-1)*3*{H}^2",
-             "The encoder's multiply-adds: the input side of every row and the recurrent "
-             "side from the second step on. O(n·H²), and its n steps run one after another."),
+        encoder,
         # U_a·h_j once; each step W_a·s (H²), v·tanh over n pairs (n·H), the context (n·H)
         Cost("COST_ATTENTION", "n·H² + K·(H² + 2·n·H)", attention_cost,
              "Attention's multiply-adds: U_a·h_j once, then per decoder step W_a·s, v over "
@@ -391,8 +432,8 @@ class Seq2seq(TwoSequenceKind):
     reference = staticmethod(seq2seq_ref)
     target = "decode"
     inputs = [SRC_IDS, TGT_IDS, ENC_EMBEDDING, ENC_W_I, ENC_B_I, ENC_W_H, ENC_B_H,
-              DEC_EMBEDDING, *ATTENTION_INPUTS, DEC_W_I, DEC_B_I, DEC_W_H, DEC_B_H, OUT_W,
-              OUT_B]
+              *REVERSE_INPUTS, DEC_EMBEDDING, *ATTENTION_INPUTS, DEC_W_I, DEC_B_I, DEC_W_H,
+              DEC_B_H, OUT_W, OUT_B]
     test_cases = [
         {"src_len": 3, "hidden": 2, "src_vocab": 4, "tgt_vocab": 4, "decode": 3},
         {"src_len": 2, "hidden": 3, "src_vocab": 3, "tgt_vocab": 5, "decode": 2,
@@ -400,6 +441,10 @@ class Seq2seq(TwoSequenceKind):
         {"src_len": 4, "hidden": 2, "src_vocab": 5, "tgt_vocab": 3, "decode": 4,
          "teacher_forcing": True, "sos": 2, "eos": 0},
         {"src_len": 1, "hidden": 1, "src_vocab": 2, "tgt_vocab": 2, "decode": 2},
+        {"src_len": 3, "hidden": 2, "src_vocab": 3, "tgt_vocab": 4, "decode": 2,
+         "bidirectional": True},
+        {"src_len": 2, "hidden": 2, "src_vocab": 3, "tgt_vocab": 3, "decode": 2,
+         "bidirectional": True, "no_attention": True},
     ]
     demo_cases = [
         ("seq2seq", {"src_len": 4, "hidden": 3, "src_vocab": 6, "tgt_vocab": 6,
@@ -428,8 +473,9 @@ class Seq2seq(TwoSequenceKind):
 
     @classmethod
     def sections(cls, p):
-        weights = [ENC_EMBEDDING, ENC_W_I, ENC_W_H]
-        enc_bias = [ENC_B_I, ENC_B_H]
+        reverse = REVERSE_INPUTS if p.bidirectional else []
+        weights = [ENC_EMBEDDING, ENC_W_I, ENC_W_H, *reverse[0::2]]
+        enc_bias = [ENC_B_I, ENC_B_H, *reverse[1::2]]
         dec = [i for i in ATTENTION_INPUTS if i.present(p) and i.rows != BROADCAST]
         dec_bias = [i for i in ATTENTION_INPUTS if i.present(p) and i.rows == BROADCAST]
         yield section("Step 1 — the source sentence as ids, and the encoder's weights "
@@ -438,15 +484,20 @@ class Seq2seq(TwoSequenceKind):
         # x_t = ENC_EMBEDDING[src_t];  GX = X·W_I + b_I
         yield section("Step 2 — embeddings, and the input side of every gate at once "
                       "(dropout is off in eval mode)",
-                      [token_lookup("SRC_EMB", "SRC_IDS", "ENC_EMBEDDING", "src_len", "hidden",
-                                    "x_t = ENC_EMBEDDING[src_t, ·]",
-                                    "Each source token's row of the encoder's embedding "
-                                    "table."),
+                      [replace(token_lookup("SRC_EMB", "SRC_IDS", "ENC_EMBEDDING", "src_len",
+                                            "hidden", "x_t = ENC_EMBEDDING[src_t, ·]",
+                                            "Each source token's row of the encoder's "
+                                            "embedding table."), row_labels="src"),
                        Step("ENC_GX", "GX = X·W_I + b_I",
                             MatMul("SRC_EMB", "ENC_W_I", plus="ENC_B_I"),
                             "What each token feeds the three gates; it does not depend on "
                             "the state, so every row is computed at once.",
-                            row_labels="src", col_labels=gate_cols)])
+                            row_labels="src", col_labels=gate_cols),
+                       *([Step("ENC_GX_REV", "GX_REV = X·W_I_REV + b_I_REV",
+                               MatMul("SRC_EMB", "ENC_W_I_REV", plus="ENC_B_I_REV"),
+                               "The same for the backward GRU, from its own weights.",
+                               row_labels="src", col_labels=gate_cols)]
+                         if p.bidirectional else [])])
         yield from encoder_sections(p)
         tgt = [TGT_IDS] if p.teacher_forcing else []
         yield section("The decoder's weights" + ("" if p.no_attention else

@@ -112,6 +112,10 @@ CASES = {
     "seq2seq_n2_bottleneck_forced_cells": ("seq2seq", {
         "src_len": 2, "hidden": 1, "src_vocab": 2, "tgt_vocab": 2, "decode": 2,
         "no_attention": True, "teacher_forcing": True}, "cells"),
+    # the backward GRU up the rows: step 1 reads the state of step 2
+    "seq2seq_n2_bidirectional_blocks": ("seq2seq", {
+        "src_len": 2, "hidden": 1, "src_vocab": 2, "tgt_vocab": 2, "decode": 1,
+        "bidirectional": True}, "blocks"),
     # two steps of each: t > 1 reads the step before (Adam: its moments)
     **both_layouts("train_n2_causal", "train",
                    {"seq_len": 2, "vocab": 2, "d_k": 1, "steps": 2, "causal": True}),

@@ -25,9 +25,13 @@ from workbook_builder.sheet.names import find_name
 RTOL, ATOL = 1e-12, 1e-15
 
 
-def tutorial_modules(src_vocab: int, tgt_vocab: int, hidden: int, seed: int):
+def tutorial_modules(src_vocab: int, tgt_vocab: int, hidden: int, seed: int,
+                     bidirectional: bool = False):
     """The tutorial's three modules as it writes them (its MAX_LENGTH, SOS_token and
-    device made arguments), in float64 and eval mode, with their own random init."""
+    device made arguments), in float64 and eval mode, with their own random init;
+    `bidirectional`, the encoder's GRU runs both ways and its outputs are combined as
+    PyTorch's chatbot tutorial does (the sum of the two directions, the forward h_n as the
+    decoder's first state)."""
     import torch
     from torch import nn
     from torch.nn import functional as F  # noqa: N812  (the tutorial's name)
@@ -37,12 +41,16 @@ def tutorial_modules(src_vocab: int, tgt_vocab: int, hidden: int, seed: int):
             super().__init__()
             self.hidden_size = hidden_size
             self.embedding = nn.Embedding(input_size, hidden_size)
-            self.gru = nn.GRU(hidden_size, hidden_size, batch_first=True)
+            self.gru = nn.GRU(hidden_size, hidden_size, batch_first=True,
+                              bidirectional=bidirectional)
             self.dropout = nn.Dropout(dropout_p)
 
         def forward(self, input):
             embedded = self.dropout(self.embedding(input))
             output, hidden = self.gru(embedded)
+            if bidirectional:  # the chatbot tutorial's sum; its encoder_hidden[:n_layers]
+                size = self.hidden_size
+                output, hidden = output[:, :, :size] + output[:, :, size:], hidden[:1]
             return output, hidden
 
     class BahdanauAttention(nn.Module):
@@ -117,7 +125,12 @@ def inputs_from_modules(encoder, decoder) -> dict[str, np.ndarray]:
             if value.ndim == 1 else value.copy()
 
     att = decoder.attention
-    return {
+    reverse = {} if not encoder.gru.bidirectional else {
+        "ENC_W_I_REV": array(encoder.gru.weight_ih_l0_reverse, True),
+        "ENC_B_I_REV": array(encoder.gru.bias_ih_l0_reverse),
+        "ENC_W_H_REV": array(encoder.gru.weight_hh_l0_reverse, True),
+        "ENC_B_H_REV": array(encoder.gru.bias_hh_l0_reverse)}
+    return {**reverse,
         "ENC_EMBEDDING": array(encoder.embedding.weight),
         "ENC_W_I": array(encoder.gru.weight_ih_l0, True), "ENC_B_I": array(encoder.gru.bias_ih_l0),
         "ENC_W_H": array(encoder.gru.weight_hh_l0, True), "ENC_B_H": array(encoder.gru.bias_hh_l0),
@@ -131,13 +144,16 @@ def inputs_from_modules(encoder, decoder) -> dict[str, np.ndarray]:
     }
 
 
-def torch_gates(gru, x, h):
-    """r, z, n and h' of one nn.GRU step, from the module's own weights by the equations
-    of PyTorch's nn.GRU documentation (the module gives only h')."""
+def torch_gates(gru, x, h, suffix=""):
+    """r, z, n and h' of one nn.GRU step, from the module's own weights (`suffix`
+    "_reverse": the backward direction's) by the equations of PyTorch's nn.GRU
+    documentation (the module gives only h')."""
     import torch
 
-    gi = x @ gru.weight_ih_l0.T + gru.bias_ih_l0
-    gh = h @ gru.weight_hh_l0.T + gru.bias_hh_l0
+    weight = {name: getattr(gru, f"{name}_l0{suffix}")
+              for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")}
+    gi = x @ weight["weight_ih"].T + weight["bias_ih"]
+    gh = h @ weight["weight_hh"].T + weight["bias_hh"]
     i_r, i_z, i_n = gi.chunk(3, dim=-1)
     h_r, h_z, h_n = gh.chunk(3, dim=-1)
     r = torch.sigmoid(i_r + h_r)
@@ -151,19 +167,27 @@ def run_tutorial(encoder, decoder, src_ids, decode, sos, attention, target=None)
     give nn.GRU's own next state) and each decoder step's state."""
     import torch
 
-    steps = {"encoder": [], "decoder": []}
+    steps = {"encoder": [], "decoder": [], "backward": {}}
 
     def record(which):
         def hook(module, args, output):
             x, h = args[0], (args[1] if len(args) > 1 else None)
             out, last = output
-            state = torch.zeros(1, 1, module.hidden_size, dtype=torch.float64) \
-                if h is None else h
+            size = module.hidden_size
+            state = torch.zeros(1, size, dtype=torch.float64) if h is None else h[0]
             for t in range(x.shape[1]):
-                gates = torch_gates(module, x[:, t], state[0])
-                assert torch.allclose(gates["H"], out[:, t], rtol=1e-14, atol=1e-15)
+                gates = torch_gates(module, x[:, t], state)
+                assert torch.allclose(gates["H"], out[:, t, :size], rtol=1e-14, atol=1e-15)
                 steps[which].append({k: v.detach().numpy() for k, v in gates.items()})
-                state = out[:, t].unsqueeze(0)
+                state = out[:, t, :size]
+            if module.bidirectional:  # the backward direction, from the last token up
+                state = torch.zeros(1, size, dtype=torch.float64)
+                for t in reversed(range(x.shape[1])):
+                    gates = torch_gates(module, x[:, t], state, "_reverse")
+                    assert torch.allclose(gates["H"], out[:, t, size:], rtol=1e-14,
+                                          atol=1e-15)
+                    steps["backward"][t] = {k: v.detach().numpy() for k, v in gates.items()}
+                    state = out[:, t, size:]
         return hook
 
     handles = [encoder.gru.register_forward_hook(record("encoder")),
@@ -183,32 +207,37 @@ def run_tutorial(encoder, decoder, src_ids, decode, sos, attention, target=None)
 
 
 def params_of(src_len, hidden, src_vocab, tgt_vocab, decode, sos=0, eos=1, attention=True,
-              teacher_forcing=False):
+              teacher_forcing=False, bidirectional=False):
     """The reference's parameters (the sheet's are the same fields)."""
     return SimpleNamespace(src_len=src_len, hidden=hidden, src_vocab=src_vocab,
                            tgt_vocab=tgt_vocab, decode=decode, sos=sos, eos=eos,
-                           no_attention=not attention, teacher_forcing=teacher_forcing)
+                           no_attention=not attention, teacher_forcing=teacher_forcing,
+                           bidirectional=bidirectional)
 
 
 def close(got, want, what):
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=what)
 
 
-CASES = [  # src_len, hidden, src_vocab, tgt_vocab, decode, sos, attention, teacher forcing
-    (5, 4, 7, 6, 4, 0, True, False),
-    (5, 4, 7, 6, 4, 0, False, False),
-    (3, 2, 4, 5, 5, 2, True, False),
-    (6, 3, 8, 9, 3, 0, True, True),
-    (6, 3, 8, 9, 3, 0, False, True),
-    (1, 1, 2, 3, 2, 1, True, False),
+CASES = [  # src_len, hidden, src_vocab, tgt_vocab, decode, sos, attention, teacher forcing,
+    # bidirectional
+    (5, 4, 7, 6, 4, 0, True, False, False),
+    (5, 4, 7, 6, 4, 0, False, False, False),
+    (3, 2, 4, 5, 5, 2, True, False, False),
+    (6, 3, 8, 9, 3, 0, True, True, False),
+    (6, 3, 8, 9, 3, 0, False, True, False),
+    (1, 1, 2, 3, 2, 1, True, False, False),
+    (5, 4, 7, 6, 4, 0, True, False, True),
+    (4, 3, 5, 6, 3, 0, False, True, True),
 ]
 
 
 @requires_torch
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_reference_equals_the_pytorch_tutorials_encoder_and_attention_decoder(case):
-    n, size, src_vocab, tgt_vocab, decode, sos, attention, forcing = case
-    encoder, decoder = tutorial_modules(src_vocab, tgt_vocab, size, seed=sum(case[:5]))
+    n, size, src_vocab, tgt_vocab, decode, sos, attention, forcing, both_ways = case
+    encoder, decoder = tutorial_modules(src_vocab, tgt_vocab, size, seed=sum(case[:5]),
+                                        bidirectional=both_ways)
     rng = np.random.default_rng(n * 100 + size)
     src = rng.integers(0, src_vocab, size=n).tolist()
     target = rng.integers(0, tgt_vocab, size=decode).tolist() if forcing else None
@@ -218,11 +247,16 @@ def test_reference_equals_the_pytorch_tutorials_encoder_and_attention_decoder(ca
         inputs["TGT_IDS"] = np.array(target, dtype=float).reshape(-1, 1)
     want = run_tutorial(encoder, decoder, src, decode, sos, attention, target)
     got = seq2seq_ref(inputs, params_of(n, size, src_vocab, tgt_vocab, decode, sos,
-                                        attention=attention, teacher_forcing=forcing))
+                                        attention=attention, teacher_forcing=forcing,
+                                        bidirectional=both_ways))
     close(got["ENC_OUTPUTS"], want["ENC_OUTPUTS"], "encoder states")
     for t, gates in enumerate(want["encoder"]):
         for gate, value in gates.items():
             close(got[f"ENC_{gate}_T{t + 1}"], value, f"encoder {gate} at step {t + 1}")
+    assert len(want["backward"]) == (n if both_ways else 0)
+    for t, gates in want["backward"].items():
+        for gate, value in gates.items():
+            close(got[f"ENC_BACK_{gate}_T{t + 1}"], value, f"backward {gate} at {t + 1}")
     assert len(want["decoder"]) == decode
     for k, gates in enumerate(want["decoder"]):
         for gate, value in gates.items():
@@ -263,29 +297,34 @@ SHEET_SIZES = {"src_len": 5, "hidden": 3, "src_vocab": 6, "tgt_vocab": 7, "decod
 SOURCE = [3, 0, 5, 1, 4]
 
 
-def tutorial_book(tmp_path, attention: bool, layout: str = "cells"):
+def tutorial_book(tmp_path, attention: bool, layout: str = "cells",
+                  bidirectional: bool = False):
     """A sheet built from the tutorial modules' own weights, and what PyTorch computes."""
-    encoder, decoder = tutorial_modules(6, 7, 3, seed=11)
+    encoder, decoder = tutorial_modules(6, 7, 3, seed=11, bidirectional=bidirectional)
     given = {**inputs_from_modules(encoder, decoder),
              "SRC_IDS": np.array(SOURCE, dtype=float).reshape(-1, 1)}
     if not attention:
         given = {k: v for k, v in given.items()
                  if k not in ("W_A", "B_W", "U_A", "B_U", "V_A", "B_V")}
-    params = {**SHEET_SIZES, "no_attention": not attention}
+    params = {**SHEET_SIZES, "no_attention": not attention, "bidirectional": bidirectional}
     path = build(tmp_path, "seq2seq", params, layout=layout, given=given,
-                 name=f"tutorial_{attention}_{layout}.xlsx")
+                 name=f"tutorial_{attention}_{layout}_{bidirectional}.xlsx")
     return path, run_tutorial(encoder, decoder, SOURCE, 4, 0, attention)
 
 
 def assert_sheet_equals_pytorch(path, values, want, attention: bool):
     gates = [f"ENC_{g}_T{t + 1}" for t in range(5) for g in "RZNH"] + \
+            [f"ENC_BACK_{g}_T{t + 1}" for t in want["backward"] for g in "RZNH"] + \
             [f"DEC_{g}_T{k + 1}" for k in range(4) for g in "RZNH"]
     names = ["ENC_OUTPUTS", "DEC_HIDDEN", "LOG_PROBS", "GENERATED", *gates] + \
         (["ATTN_WEIGHTS"] if attention else [])
     got = evaluated_blocks(path, values, names)
     worst = 0.0
     for name in names:
-        if name.startswith(("ENC_", "DEC_")) and name[-3:-1] == "_T":
+        if name.startswith("ENC_BACK_"):
+            _, _, gate, step = name.split("_")
+            expected = want["backward"][int(step[1:]) - 1][gate]
+        elif name.startswith(("ENC_", "DEC_")) and name[-3:-1] == "_T":
             side, gate, step = name.split("_")
             expected = want["encoder" if side == "ENC" else "decoder"][int(step[1:]) - 1][gate]
         elif name == "DEC_HIDDEN":
@@ -306,9 +345,12 @@ ENGINES = [pytest.param("formulas"),
 
 @requires_torch
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("attention", [True, False], ids=["attention", "bottleneck"])
-def test_the_sheet_equals_the_pytorch_tutorial_in_every_engine(tmp_path, engine, attention):
-    path, want = tutorial_book(tmp_path, attention)
+@pytest.mark.parametrize("attention,bidirectional", [(True, False), (False, False),
+                                                     (True, True)],
+                         ids=["attention", "bottleneck", "bidirectional"])
+def test_the_sheet_equals_the_pytorch_tutorial_in_every_engine(tmp_path, engine, attention,
+                                                                bidirectional):
+    path, want = tutorial_book(tmp_path, attention, bidirectional=bidirectional)
     evaluate = {"formulas": evaluate_with_formulas, "libreoffice": evaluate_with_libreoffice,
                 "gnumeric": evaluate_with_gnumeric}[engine]
     assert_sheet_equals_pytorch(path, evaluate(path), want, attention)
@@ -440,8 +482,10 @@ def save_state_dicts(path, encoder, decoder, extra=None, drop=()):
 
 
 @requires_torch
-def test_a_checkpoint_of_the_tutorials_modules_gives_the_sheet_of_the_model(tmp_path):
-    encoder, decoder = tutorial_modules(6, 7, 3, seed=11)
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["gru", "bidirectional-gru"])
+def test_a_checkpoint_of_the_tutorials_modules_gives_the_sheet_of_the_model(tmp_path,
+                                                                           bidirectional):
+    encoder, decoder = tutorial_modules(6, 7, 3, seed=11, bidirectional=bidirectional)
     model = save_state_dicts(tmp_path / "model.pt", encoder, decoder)
     path = tmp_path / "model.xlsx"
     built = cli("build", "seq2seq", "-o", path, "--checkpoint", model,
@@ -455,7 +499,9 @@ def test_a_checkpoint_of_the_tutorials_modules_gives_the_sheet_of_the_model(tmp_
 @requires_torch
 @pytest.mark.parametrize("change,args,words", [
     ("extra", [], "tensor decoder.gru.weight_ih_l1: a GRU of more than one layer"),
-    ("reverse", [], "tensor encoder.gru.weight_hh_l0_reverse: a bidirectional GRU"),
+    ("reverse", [], "no tensor encoder.gru.weight_ih_l0_reverse (9×3 expected)"),
+    ("decoder-reverse", [], "tensor decoder.gru.weight_hh_l0_reverse: a bidirectional GRU"),
+    (None, ["--bidirectional"], "--bidirectional: "),
     ("drop", [], "no tensor decoder.attention.Va.bias (1 expected)"),
     ("shape", [], "tensor decoder.out.weight has shape 7×4; 7×3 was expected"),
     (None, ["--no-attention"], "--no-attention leaves the checkpoint's attention out"),
@@ -472,6 +518,8 @@ def test_a_checkpoint_is_read_exactly_or_refused_in_one_line(tmp_path, change, a
         extra = {"decoder.gru.weight_ih_l1": torch.zeros(9, 3, dtype=torch.float64)}
     elif change == "reverse":
         extra = {"encoder.gru.weight_hh_l0_reverse": torch.zeros(9, 3, dtype=torch.float64)}
+    elif change == "decoder-reverse":
+        extra = {"decoder.gru.weight_hh_l0_reverse": torch.zeros(9, 3, dtype=torch.float64)}
     elif change == "drop":
         drop = ("decoder.attention.Va.bias",)
     elif change == "shape":

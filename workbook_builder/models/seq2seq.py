@@ -3,8 +3,10 @@ state dicts of its `EncoderRNN` and `AttnDecoderRNN` in one file, keys under `en
 `decoder.` (e.g. `torch.save({**{f"encoder.{k}": v for k, v in encoder.state_dict().items()},
 **{f"decoder.{k}": v …}}, "model.pt")`, read with weights_only). Sizes come from the
 tensors' shapes; nn.Linear and nn.GRU weights are transposed into the sheet's X·W
-orientation, the GRU's gates kept in its order r | z | n. Exact or refused: every tensor is
-read or named, a shape the model cannot have is named with the shape expected."""
+orientation, the GRU's gates kept in its order r | z | n. An encoder GRU saved with
+bidirectional=True (its `…_l0_reverse` tensors) makes a `--bidirectional` sheet. Exact or
+refused: every tensor is read or named, a shape the model cannot have is named with the
+shape expected."""
 
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,16 @@ TENSORS = {
     "OUT_W": ("decoder.out.weight", "linear"),
     "OUT_B": ("decoder.out.bias", "row"),
 }
+# a bidirectional encoder's backward GRU (nn.GRU's `…_l0_reverse`), read when it is there
+REVERSE = {
+    "ENC_W_I_REV": ("encoder.gru.weight_ih_l0_reverse", "linear"),
+    "ENC_B_I_REV": ("encoder.gru.bias_ih_l0_reverse", "row"),
+    "ENC_W_H_REV": ("encoder.gru.weight_hh_l0_reverse", "linear"),
+    "ENC_B_H_REV": ("encoder.gru.bias_hh_l0_reverse", "row"),
+}
 # what a tensor the tutorial's modules do not have says about the model saved
-UNREAD = (("_reverse", "a bidirectional GRU"), ("_l1", "a GRU of more than one layer"))
+UNREAD = (("_reverse", "a bidirectional GRU (the sheet has one in the encoder only)"),
+          ("_l1", "a GRU of more than one layer"))
 
 
 def seq2seq_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
@@ -60,8 +70,13 @@ def seq2seq_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                         "would not be the model saved (build it from --seed to compare)")
     checkpoint = read_checkpoint(Path(path))
     base = prefix or ""
-    _refuse_unread(checkpoint, base)
+    bidirectional = any(base + tensor in checkpoint.shapes for tensor, _ in REVERSE.values())
+    tensors = {**TENSORS, **(REVERSE if bidirectional else {})}
+    _refuse_unread(checkpoint, base, tensors)
     sizes = _sizes(checkpoint, base)
+    if explicit.get("bidirectional") and not bidirectional:
+        raise UserError(f"--bidirectional: {checkpoint.source} has no backward encoder GRU "
+                        f"(no tensor {base}{REVERSE['ENC_W_I_REV'][0]})")
     for name, value in sizes.items():
         if name in explicit and explicit[name] != value:
             raise UserError(f"--{name.replace('_', '-')} {explicit[name]} does not fit "
@@ -72,10 +87,11 @@ def seq2seq_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
               "DEC_EMBEDDING": (vocab, h), "W_A": (h, h), "B_W": (1, h), "U_A": (h, h),
               "B_U": (1, h), "V_A": (h, 1), "B_V": (1, 1), "DEC_W_I": (2 * h, 3 * h),
               "DEC_B_I": (1, 3 * h), "DEC_W_H": (h, 3 * h), "DEC_B_H": (1, 3 * h),
-              "OUT_W": (h, vocab), "OUT_B": (1, vocab)}
+              "OUT_W": (h, vocab), "OUT_B": (1, vocab), "ENC_W_I_REV": (h, 3 * h),
+              "ENC_B_I_REV": (1, 3 * h), "ENC_W_H_REV": (h, 3 * h), "ENC_B_H_REV": (1, 3 * h)}
     inputs = {name: _read(checkpoint, base + tensor, how, shapes[name])
-              for name, (tensor, how) in TENSORS.items()}
-    params = dict(sizes)
+              for name, (tensor, how) in tensors.items()}
+    params = {**sizes, "bidirectional": bidirectional}
     where = f"the tutorial's EncoderRNN and AttnDecoderRNN of {Path(str(path)).name}"
     if token_ids is None:
         return ModelInputs(params, inputs, None, f"weights: {where}; source ids drawn "
@@ -90,9 +106,9 @@ def seq2seq_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                        f"weights: {where}; source ids {_short(token_ids)}")
 
 
-def _refuse_unread(checkpoint: Checkpoint, base: str) -> None:
+def _refuse_unread(checkpoint: Checkpoint, base: str, tensors: dict) -> None:
     """Every tensor is one the sheet reads, or one line naming it."""
-    read = {base + tensor for tensor, _ in TENSORS.values()}
+    read = {base + tensor for tensor, _ in tensors.values()}
     for name in sorted(checkpoint.shapes):
         if name in read:
             continue
