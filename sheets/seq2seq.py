@@ -8,6 +8,8 @@ PyTorch's translation tutorial builds it (EncoderRNN, AttnDecoderRNN; eval mode,
     e = DEC_EMBEDDING[y_{k−1}]   α = softmax_j(v·tanh(W_a·s_{k−1} + b_W + U_a·h_j + b_U) + b_v)
     c = α·ENC_OUTPUTS (--no-attention: c = h_n, the bottleneck)   s_k = GRU([e; c], s_{k−1})
     LOG_PROBS = log_softmax(s_k·W_out + b_out)   y_k = argmax (the smallest id among maxima)
+    --bidirectional: ←h_t = GRU_REV(x_t, ←h_{t+1}) up the rows, ←h_{n+1} = 0;
+    ENC_OUTPUTS = →h_t + ←h_t, s_0 = →h_n (PyTorch's chatbot tutorial)
 
 Every step of the recurrences is its own one-row block (`_T1`, `_T2`, … per time step), each
 reading the blocks of the step before: a gate row reads h_{t−1} and h_t reads the gates, so
