@@ -10,7 +10,15 @@ from types import SimpleNamespace
 import numpy as np
 import openpyxl
 import pytest
-from helpers.books import build, cell_of, check_built, evaluated_blocks
+from helpers.books import (
+    build,
+    cell_of,
+    check_built,
+    evaluated_blocks,
+    exercise_book,
+    fill,
+    self_check,
+)
 from helpers.cli import cli, one_line_error
 from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
 
@@ -527,3 +535,23 @@ def test_a_checkpoint_is_read_exactly_or_refused_in_one_line(tmp_path, change, a
     model = save_state_dicts(tmp_path / "model.pt", encoder, decoder, extra, drop)
     result = cli("build", "seq2seq", "-o", tmp_path / "a.xlsx", "--checkpoint", model, *args)
     assert words in one_line_error(result)
+
+
+def test_an_exercise_on_the_update_gate_and_the_attention_flows_into_the_translation(
+        tmp_path):
+    """The exercise blanks ENC_Z_T2 and WEIGHTS_T1; typed right, every self-check passes and
+    the log-probabilities are the reference's; a wrong update gate moves every later
+    step (they read the student's cells)."""
+    steps = ["ENC_Z_T2", "WEIGHTS_T1"]
+    path, answers = exercise_book(tmp_path, "seq2seq", SHEET_SIZES, steps)
+    right = fill(path, answers, steps, tmp_path / "right.xlsx")
+    values = evaluate_with_formulas(right)
+    checks = self_check(right, values, steps)  # cells right, and a mark per row
+    assert checks == {"ENC_Z_T2": (3.0, ["✓"]), "WEIGHTS_T1": (5.0, ["✓"])}, checks
+    got = evaluated_blocks(right, values, ["LOG_PROBS", "ENC_OUTPUTS"])
+    close(got["LOG_PROBS"], answers["LOG_PROBS"], "log-probabilities")
+    wrong = fill(path, answers, steps, tmp_path / "wrong.xlsx",
+                 lambda step, i, j, v: 1 - v if step == "ENC_Z_T2" else v)
+    moved = evaluated_blocks(wrong, evaluate_with_formulas(wrong), ["ENC_OUTPUTS"])
+    assert np.abs(moved["ENC_OUTPUTS"][1:] - got["ENC_OUTPUTS"][1:]).min() > 0
+    np.testing.assert_array_equal(moved["ENC_OUTPUTS"][0], got["ENC_OUTPUTS"][0])
