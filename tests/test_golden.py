@@ -119,6 +119,17 @@ CASES = {
         "src_len": 2, "d_model": 2, "heads": 1, "d_ff": 1, "layers": 1, "dec_layers": 1,
         "vocab": 3, "decode": 2, "pre_ln": True, "positions": "learned", "logits_bias": True,
         "activation": "silu"}, "blocks"),
+
+    # two encoder and two decoder steps: step 2 reads step 1's state and chosen id
+    **both_layouts("seq2seq_n2", "seq2seq", {"src_len": 2, "hidden": 1, "src_vocab": 2,
+                                             "tgt_vocab": 2, "decode": 2}),
+    "seq2seq_n2_bottleneck_forced_cells": ("seq2seq", {
+        "src_len": 2, "hidden": 1, "src_vocab": 2, "tgt_vocab": 2, "decode": 2,
+        "no_attention": True, "teacher_forcing": True}, "cells"),
+    # the backward GRU up the rows: step 1 reads the state of step 2
+    "seq2seq_n2_bidirectional_blocks": ("seq2seq", {
+        "src_len": 2, "hidden": 1, "src_vocab": 2, "tgt_vocab": 2, "decode": 1,
+        "bidirectional": True}, "blocks"),
     # two steps of each: t > 1 reads the step before (Adam: its moments)
     **both_layouts("train_n2_causal", "train",
                    {"seq_len": 2, "vocab": 2, "d_k": 1, "steps": 2, "causal": True}),

@@ -12,7 +12,10 @@ def positions_from_1(p) -> list[int]:
 
 class TwoSequenceKind(Kind):
     """A kind over a source (src_len) and a target (tgt_len) sequence, labelled by
-    --tokens "SOURCE|TARGET". Not registered itself: it has no name."""
+    --tokens "SOURCE|TARGET". Not registered itself: it has no name. `target` names the
+    parameter holding the target's length (seq2seq: its decode steps)."""
+
+    target = "tgt_len"
 
     tokens_help = ('"SOURCE|TARGET" labels, each side comma-separated, e.g. '
                    '"我,爱,AI|I,love,AI" (also sets --src-len and --tgt-len)')
@@ -24,7 +27,7 @@ class TwoSequenceKind(Kind):
         sides = ",".join(tokens).split("|")
         if len(sides) != 2:
             return {}
-        return {"src_len": len(sides[0].split(",")), "tgt_len": len(sides[1].split(","))}
+        return {"src_len": len(sides[0].split(",")), cls.target: len(sides[1].split(","))}
 
     @classmethod
     def labels(cls, p, tokens):
@@ -32,7 +35,7 @@ class TwoSequenceKind(Kind):
         sequences are told apart by one "|": "x1,x2,x3|y1,y2"."""
         if tokens is None:
             return [f"x{i + 1}" for i in range(p.src_len)] + \
-                [f"y{i + 1}" for i in range(p.tgt_len)]
+                [f"y{i + 1}" for i in range(getattr(p, cls.target))]
         joined = ",".join(tokens)
         if joined.count("|") != 1:
             raise UserError(f'--tokens for {cls.name} is "SOURCE|TARGET", each side '
@@ -40,9 +43,11 @@ class TwoSequenceKind(Kind):
         src, tgt = ([t.strip() for t in side.split(",")] for side in joined.split("|"))
         if not all(src) or not all(tgt):
             raise UserError("--tokens has an empty label")
-        if len(src) != p.src_len or len(tgt) != p.tgt_len:
+        target = getattr(p, cls.target)
+        if len(src) != p.src_len or len(tgt) != target:
             raise UserError(f"--tokens gives {len(src)} source and {len(tgt)} target labels "
-                            f"but --src-len is {p.src_len} and --tgt-len is {p.tgt_len}")
+                            f"but --src-len is {p.src_len} and "
+                            f"--{cls.target.replace('_', '-')} is {target}")
         return src + tgt
 
     @classmethod

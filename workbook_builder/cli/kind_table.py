@@ -38,6 +38,7 @@ KIND_SUMMARIES = {
                   "offset check",
     "relative-position": "relative position bias on the scores: ALiBi slopes or T5 buckets "
                          "(--bias)",
+    "seq2seq": "GRU encoder-decoder with Bahdanau attention (the PyTorch tutorial), greedy",
     "scaling": "why divide by √d_k: score variance, softmax saturation and its gradient "
                "per width",
     "sliding-window": "Longformer sliding-window attention (--window w one-sided, --global "

@@ -39,6 +39,7 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
     "ssm": (COST,),
     "transformer": (COST, "positional", "cross-attention", "encoder-block", "decoder-block",
                     "gpt", "mamba-block"),
+    "seq2seq": (COST, "additive"),
 }
 
 SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
