@@ -6,6 +6,7 @@ type or beyond reason in every family, a step count no sheet holds, a class fold
 manifest points outside it, and a size flag given by hand against a checkpoint's config."""
 
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -14,9 +15,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_hostile_checkpoints import HEADS, D
+from test_hostile_checkpoints import (
+    BERT_CONFIG,
+    D_FF,
+    HEADS,
+    LLAMA_CONFIG,
+    POSITIONS,
+    VOCAB,
+    D,
+    bert_weights,
+    gpt2_weights,
+    llama_weights,
+    model_folder,
+)
 
-from workbook_builder.models.families import DISTILBERT
+from workbook_builder.models.config_values import CONFIG_TYPES
+from workbook_builder.models.families import BERT, DISTILBERT, FAMILIES, LLAMA, MAMBA, Family
 
 ADDRESS_SPACE = 1_000_000_000  # bytes, as `prlimit --as` takes them
 TIMEOUT_S = 60
@@ -100,4 +114,163 @@ def not_an_array(path: Path) -> Path:
 def test_an_npz_is_bounded_before_it_is_unpacked(tmp_path, make, says):
     path = make(tmp_path / "weights.npz")
     line = refused_build(tmp_path, "encoder-block", "--checkpoint", path, "--heads", HEADS)
+    assert says in line, line
+
+
+# -- config.json: every value a family reads, of every wrong type ----------------------------
+
+def distilbert_weights() -> dict[str, np.ndarray]:
+    """BERT's tiny weights under DistilBERT's names (the same layer, no token types)."""
+    bert = bert_weights()
+    return {**{DISTILBERT.layer[ours][0].format(layer=0): bert[name.format(layer=0)]
+               for ours, (name, _) in BERT.layer.items()},
+            **{DISTILBERT.embeddings[ours][0]: bert[name]
+               for ours, (name, _) in BERT.embeddings.items() if ours in DISTILBERT.embeddings}}
+
+
+def unbiased_llama_weights() -> dict[str, np.ndarray]:
+    """LLaMA's tiny weights without bias rows (LlamaConfig's attention_bias false)."""
+    return {name: value for name, value in llama_weights().items()
+            if not name.endswith(".bias")}
+
+
+def qwen2_weights() -> dict[str, np.ndarray]:
+    """LLaMA's tiny weights and the q/k/v biases Qwen2 always has."""
+    rng = np.random.default_rng(3)
+    return {**unbiased_llama_weights(),
+            **{LLAMA.layer[f"B_{n}"][0].format(layer=0): rng.normal(size=D) for n in "QKV"}}
+
+
+MAMBA_INNER, MAMBA_STATE, MAMBA_RANK, MAMBA_KERNEL = 8, 3, 2, 3
+
+
+def mamba_weights() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(4)
+    shapes = {"NORM_W": (D,), "W_IN": (2 * MAMBA_INNER, D),
+              "CONV_W": (MAMBA_INNER, 1, MAMBA_KERNEL), "CONV_B": (MAMBA_INNER,),
+              "W_X": (MAMBA_RANK + 2 * MAMBA_STATE, MAMBA_INNER),
+              "W_DELTA": (MAMBA_INNER, MAMBA_RANK), "DELTA_BIAS": (MAMBA_INNER,),
+              "A_LOG": (MAMBA_INNER, MAMBA_STATE), "D": (MAMBA_INNER,),
+              "W_OUT": (D, MAMBA_INNER)}
+    return {**{name.format(layer=0): rng.normal(size=shapes[ours])
+               for ours, (name, _) in MAMBA.layer.items()},
+            MAMBA.embeddings["X"][0]: rng.normal(size=(VOCAB, D))}
+
+
+# family -> (kind, its tiny weights, a config.json transformers would write, the keys it
+# reads besides those its table names, the flags of a build)
+FAMILY_CASES = {
+    "BERT": ("encoder-block", bert_weights, BERT_CONFIG, (), ()),
+    "RoBERTa": ("encoder-block", bert_weights,
+                {**BERT_CONFIG, "model_type": "roberta", "pad_token_id": 1},
+                ("pad_token_id",), ("--token-ids", "3,4")),
+    "DistilBERT": ("encoder-block", distilbert_weights,
+                   {"model_type": "distilbert", "dim": D, "n_heads": HEADS, "hidden_dim": D_FF,
+                    "n_layers": 1, "activation": "gelu", "sinusoidal_pos_embds": False},
+                   (), ()),
+    "LLaMA": ("llama-block", unbiased_llama_weights, {**LLAMA_CONFIG, "rope_theta": 100.0},
+              ("rope_parameters", "rope_scaling", "head_dim", "attention_bias", "mlp_bias"),
+              ()),
+    "Qwen2": ("llama-block", qwen2_weights,
+              {**LLAMA_CONFIG, "model_type": "qwen2", "use_sliding_window": False,
+               "layer_types": ["full_attention"]},
+              ("rope_parameters", "rope_scaling", "head_dim", "layer_types"), ()),
+    "GPT-2": ("decoder-block", gpt2_weights,
+              {"model_type": "gpt2", "n_embd": D, "n_head": HEADS, "n_inner": D_FF,
+               "n_layer": 1, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+               "vocab_size": VOCAB, "n_positions": POSITIONS}, (), ()),
+    "Mamba": ("mamba-block", mamba_weights,
+              {"model_type": "mamba", "hidden_size": D, "num_hidden_layers": 1,
+               "layer_norm_epsilon": 1e-5, "use_conv_bias": True, "use_bias": False,
+               "hidden_act": "silu", "time_step_rank": MAMBA_RANK},
+              ("use_conv_bias", "time_step_rank"), ()),
+}
+
+# each type's wrong values: of other types, and of its type beyond reason (JSON's 1e300 is a
+# float; 10**300 a whole number as long as JSON writes it)
+WRONG = {"size": ["8", "abc", [2], {"a": 1}, True, 1e300, 10**300, 2.5, 0, -3],
+         "number": ["8", [2], {"a": 1}, True, float("inf"), -3],  # inf: JSON's Infinity
+         "text": [5, [2], ["gelu"], {"a": 1}, True, "8"],
+         "flag": ["8", 5, [2], {"a": 1}],
+         "object": ["8", 5, [2], True],
+         "texts": [5, "full_attention", [2], {"a": 1}, True],
+         "index": ["8", [2], True, 2.5, -3, 1e300]}
+# keys of no type CONFIG_TYPES names: a row of a table, and Mamba's rank ("auto" or a size)
+OWN_TYPES = {"pad_token_id": "index", "time_step_rank": "index"}
+
+
+def family_keys(family: Family, extra: tuple[str, ...]) -> list[str]:
+    """The config.json keys the family's loader reads."""
+    keys = [*family.config, family.layers_key, *family.fixed, *extra, "model_type"]
+    if family.activation_key:
+        keys.append(family.activation_key)
+    return list(dict.fromkeys(keys))
+
+
+def type_of(key: str) -> str:
+    kind = OWN_TYPES.get(key) or CONFIG_TYPES.get(key)
+    assert kind is not None, f"config.json key {key} has no type in CONFIG_TYPES"
+    return {"epsilon": "number", "base": "number"}.get(kind, kind)
+
+
+_EVERY_CONFIG = """
+import contextlib, io, json, sys
+from pathlib import Path
+from workbook_builder.cli.app import main
+out, results = Path(sys.argv[1]), []
+for folder, kind, flags, config in json.loads(Path(sys.argv[2]).read_text()):
+    (Path(folder) / "config.json").write_text(config)
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["build", kind, "--checkpoint", folder, *flags, "-o", str(out)])
+    results.append([folder, config, code, err.getvalue().strip(), out.exists()])
+    out.unlink(missing_ok=True)
+print(json.dumps(results))
+"""
+
+
+def test_every_config_value_a_family_reads_of_a_wrong_type_names_its_key(tmp_path):
+    """Each family's config.json as transformers writes it builds; each key the family reads
+    set to each wrong value of its type is one line naming the key, nothing written. One
+    capped process runs them all in turn."""
+    cases, wrong = [], []
+    for name, (kind, weights, config, extra, flags) in FAMILY_CASES.items():
+        folder = model_folder(tmp_path / name, weights(), None)
+        family = next(f for f in FAMILIES if f.name == name)
+        cases.append([str(folder), kind, flags, json.dumps(config)])
+        for key in family_keys(family, extra):
+            for value in WRONG[type_of(key)]:
+                wrong.append((name, key, value))
+                cases.append([str(folder), kind, flags, json.dumps({**config, key: value})])
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    done = subprocess.run([PRLIMIT, f"--as={ADDRESS_SPACE}", sys.executable, "-c",
+                           _EVERY_CONFIG, tmp_path / "out.xlsx", tmp_path / "cases.json"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    built = [r for r in results if r[2] == 0]
+    assert [json.loads(r[1]) for r in built] == [c[2] for c in FAMILY_CASES.values()], \
+        [r for r in built if json.loads(r[1]) not in [c[2] for c in FAMILY_CASES.values()]]
+    refusals = [r for r in results if r[2] != 0]
+    assert len(refusals) == len(wrong)
+    bad = [(name, key, value, code, line) for (name, key, value), (_, _, code, line, left)
+           in zip(wrong, refusals, strict=True)
+           if code != 2 or len(line.splitlines()) != 1 or key not in line or left]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("family,key,value,says", [
+    ("DistilBERT", "dim", "8", "dim must be a whole number, 1 or more, not '8'"),
+    ("DistilBERT", "n_layers", "abc", "n_layers must be a whole number, 1 or more, not 'abc'"),
+    ("DistilBERT", "n_layers", [2], "n_layers must be a whole number, 1 or more, not [2]"),
+    ("DistilBERT", "n_layers", 1e300, "n_layers must be a whole number, 1 or more, not 1e+300"),
+    ("DistilBERT", "activation", ["gelu"], "activation must be a text, not ['gelu']"),
+    ("Qwen2", "layer_types", 5, "layer_types must be a list of texts, not 5"),
+    ("RoBERTa", "pad_token_id", -3, "sets pad_token_id to -3"),
+], ids=["dim-text", "layers-text", "layers-list", "layers-1e300", "activation-list",
+        "layer-types-number", "pad-negative"])
+def test_a_config_value_a_user_tried_is_one_line_naming_it(tmp_path, family, key, value, says):
+    kind, weights, config, _, flags = FAMILY_CASES[family]
+    folder = model_folder(tmp_path / "m", weights(), {**config, key: value})
+    line = refused_build(tmp_path, kind, "--checkpoint", folder, *flags)
     assert says in line, line

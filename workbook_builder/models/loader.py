@@ -396,9 +396,11 @@ def _positions(checkpoint: Checkpoint, family: Family, ids: list[int]) -> list[i
         return list(range(len(ids)))
     config = checkpoint.config or {}
     pad = config.get("pad_token_id", family.defaults["pad_token_id"])
-    if not isinstance(pad, int) or isinstance(pad, bool):
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+        # a negative one would read the position table's rows from its end
         raise UserError(f"{checkpoint.source}: config.json sets pad_token_id to "
-                        f"{json.dumps(pad)}; {family.name}'s positions start after it")
+                        f"{json.dumps(pad)}; {family.name}'s positions start after it, a "
+                        f"row of the position table (0 or more)")
     count, positions = 0, []
     for i in ids:
         count += i != pad

@@ -90,7 +90,7 @@ def _sizes(checkpoint: Checkpoint, base: str, config: dict) -> dict[str, Any]:
              "d_state": shape("A_LOG", 2)[1], "dt_rank": shape("W_DELTA", 2)[1],
              "conv_kernel": shape("CONV_W", 3)[2]}
     rank = config.get("time_step_rank")
-    if rank is not None and rank != sizes["dt_rank"] and not (
+    if rank is not None and (isinstance(rank, bool) or rank != sizes["dt_rank"]) and not (
             rank == "auto" and math.ceil(d_model / 16) == sizes["dt_rank"]):
         raise UserError(f"{checkpoint.source}: config.json's time_step_rank {rank!r} does "
                         f"not fit dt_proj.weight ({sizes['dt_rank']} columns)")
