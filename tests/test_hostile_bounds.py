@@ -5,32 +5,39 @@ with one line on stderr and no traceback, and leaves no file behind nor replaces
 type or beyond reason in every family, a step count no sheet holds, a class folder whose
 manifest points outside it, and a size flag given by hand against a checkpoint's config."""
 
+import dataclasses
 import io
 import json
 import shutil
 import subprocess
 import sys
+import types
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_hostile_checkpoints import (
+from helpers.books import KINDS
+from helpers.numpy_models import (
     BERT_CONFIG,
     D_FF,
     HEADS,
     LLAMA_CONFIG,
+    MAMBA_RANK,
     POSITIONS,
     VOCAB,
     D,
     bert_weights,
+    distilbert_weights,
     gpt2_weights,
-    llama_weights,
+    mamba_weights,
     model_folder,
+    qwen2_weights,
+    unbiased_llama_weights,
 )
 
 from workbook_builder.models.config_values import CONFIG_TYPES
-from workbook_builder.models.families import BERT, DISTILBERT, FAMILIES, LLAMA, MAMBA, Family
+from workbook_builder.models.families import DISTILBERT, FAMILIES, Family
 
 ADDRESS_SPACE = 1_000_000_000  # bytes, as `prlimit --as` takes them
 TIMEOUT_S = 60
@@ -118,44 +125,6 @@ def test_an_npz_is_bounded_before_it_is_unpacked(tmp_path, make, says):
 
 
 # -- config.json: every value a family reads, of every wrong type ----------------------------
-
-def distilbert_weights() -> dict[str, np.ndarray]:
-    """BERT's tiny weights under DistilBERT's names (the same layer, no token types)."""
-    bert = bert_weights()
-    return {**{DISTILBERT.layer[ours][0].format(layer=0): bert[name.format(layer=0)]
-               for ours, (name, _) in BERT.layer.items()},
-            **{DISTILBERT.embeddings[ours][0]: bert[name]
-               for ours, (name, _) in BERT.embeddings.items() if ours in DISTILBERT.embeddings}}
-
-
-def unbiased_llama_weights() -> dict[str, np.ndarray]:
-    """LLaMA's tiny weights without bias rows (LlamaConfig's attention_bias false)."""
-    return {name: value for name, value in llama_weights().items()
-            if not name.endswith(".bias")}
-
-
-def qwen2_weights() -> dict[str, np.ndarray]:
-    """LLaMA's tiny weights and the q/k/v biases Qwen2 always has."""
-    rng = np.random.default_rng(3)
-    return {**unbiased_llama_weights(),
-            **{LLAMA.layer[f"B_{n}"][0].format(layer=0): rng.normal(size=D) for n in "QKV"}}
-
-
-MAMBA_INNER, MAMBA_STATE, MAMBA_RANK, MAMBA_KERNEL = 8, 3, 2, 3
-
-
-def mamba_weights() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(4)
-    shapes = {"NORM_W": (D,), "W_IN": (2 * MAMBA_INNER, D),
-              "CONV_W": (MAMBA_INNER, 1, MAMBA_KERNEL), "CONV_B": (MAMBA_INNER,),
-              "W_X": (MAMBA_RANK + 2 * MAMBA_STATE, MAMBA_INNER),
-              "W_DELTA": (MAMBA_INNER, MAMBA_RANK), "DELTA_BIAS": (MAMBA_INNER,),
-              "A_LOG": (MAMBA_INNER, MAMBA_STATE), "D": (MAMBA_INNER,),
-              "W_OUT": (D, MAMBA_INNER)}
-    return {**{name.format(layer=0): rng.normal(size=shapes[ours])
-               for ours, (name, _) in MAMBA.layer.items()},
-            MAMBA.embeddings["X"][0]: rng.normal(size=(VOCAB, D))}
-
 
 # family -> (kind, its tiny weights, a config.json transformers would write, the keys it
 # reads besides those its table names, the flags of a build)
@@ -274,3 +243,55 @@ def test_a_config_value_a_user_tried_is_one_line_naming_it(tmp_path, family, key
     folder = model_folder(tmp_path / "m", weights(), {**config, key: value})
     line = refused_build(tmp_path, kind, "--checkpoint", folder, *flags)
     assert says in line, line
+
+
+# -- sizes: a count of repeats refused from the plan, naming its flag -------------------------
+
+def test_a_trillion_training_steps_is_one_line_naming_steps(tmp_path):
+    line = refused_build(tmp_path, "train", "--steps", 10**12)
+    assert "lower --steps" in line and "--d-k" not in line, line
+
+
+def test_a_trillion_training_steps_through_the_api_names_steps():
+    from workbook_builder import api
+
+    with pytest.raises(api.AttnsheetsError, match="lower --steps"):
+        api.build("train", steps=10**12)
+
+
+def int_flags() -> list[tuple[str, str]]:
+    """(kind, flag) of every whole-number parameter of every kind."""
+    flags = []
+    for name, kind in sorted(KINDS.items()):
+        for f in dataclasses.fields(kind.Params):
+            allowed = f.type.__args__ if isinstance(f.type, types.UnionType) else (f.type,)
+            if int in allowed:
+                flags.append((name, f.metadata.get("flag", "--" + f.name.replace("_", "-"))))
+    return flags
+
+
+_EVERY_FLAG = """
+import contextlib, io, json, sys
+from workbook_builder.cli.app import main
+out, results = sys.argv[1], []
+for kind, flag in json.loads(sys.argv[2]):
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["build", kind, flag, str(10**12), "-o", out, "--force"])
+    results.append([kind, flag, code, err.getvalue().strip()])
+print(json.dumps(results))
+"""
+
+
+def test_a_trillion_of_any_size_that_sets_cells_is_one_line_naming_its_flag(tmp_path):
+    """Every whole-number flag of every kind at 10^12: refused in one line naming that
+    flag, or built (a size that sets no cell, as a position's base); one capped process
+    runs them all within the 60 s one case may take."""
+    done = subprocess.run([PRLIMIT, f"--as={ADDRESS_SPACE}", sys.executable, "-c",
+                           _EVERY_FLAG, tmp_path / "sized.xlsx", json.dumps(int_flags())],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    bad = [r for r in results if r[2] not in (0, 2) or
+           r[2] == 2 and (len(r[3].splitlines()) != 1 or r[1] not in r[3])]
+    assert not bad, bad
