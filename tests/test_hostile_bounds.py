@@ -8,6 +8,7 @@ manifest points outside it, and a size flag given by hand against a checkpoint's
 import dataclasses
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from helpers.numpy_models import (
     qwen2_weights,
     unbiased_llama_weights,
 )
+from helpers.requires import requires_libreoffice
 
 from workbook_builder.models.config_values import CONFIG_TYPES
 from workbook_builder.models.families import DISTILBERT, FAMILIES, Family
@@ -51,7 +53,7 @@ def capped(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The command line as a user runs it, in a new process within 1 GB and 60 s."""
     return subprocess.run([PRLIMIT, f"--as={ADDRESS_SPACE}", sys.executable, "-m",
                            "workbook_builder", *map(str, args)], capture_output=True,
-                          text=True, timeout=TIMEOUT_S, cwd=cwd)
+                          text=True, errors="backslashreplace", timeout=TIMEOUT_S, cwd=cwd)
 
 
 def refused(done: subprocess.CompletedProcess) -> str:
@@ -295,3 +297,29 @@ def test_a_trillion_of_any_size_that_sets_cells_is_one_line_naming_its_flag(tmp_
     bad = [r for r in results if r[2] not in (0, 2) or
            r[2] == 2 and (len(r[3].splitlines()) != 1 or r[1] not in r[3])]
     assert not bad, bad
+
+
+# -- pdf: a class folder prints its own exercises, each by its own name ------------------------
+
+def test_a_class_manifest_listing_a_file_outside_the_folder_is_refused(tmp_path):
+    (tmp_path / "class").mkdir()
+    (tmp_path / "other").mkdir()
+    for book in (tmp_path / "class" / "a.xlsx", tmp_path / "other" / "secret.xlsx"):
+        assert capped("build", "attention", "-o", book).returncode == 0
+    (tmp_path / "class" / "manifest.csv").write_text("file\na.xlsx\n../other/secret.xlsx\n")
+    before = files_in(tmp_path)
+    line = refused(capped("pdf", tmp_path / "class"))
+    assert "lists '../other/secret.xlsx', which is not a file inside the class folder" in line
+    assert files_in(tmp_path) == before  # no secret.pdf beside the secret
+
+
+@requires_libreoffice
+def test_a_workbook_whose_name_is_not_utf8_prints_with_the_rest_of_its_folder(tmp_path):
+    folder = tmp_path / "books"
+    folder.mkdir()
+    assert capped("build", "attention", "-o", folder / "a.xlsx").returncode == 0
+    odd = folder / os.fsdecode(b"\xff.xlsx")  # a Latin-1 name on a UTF-8 system
+    shutil.copy(folder / "a.xlsx", odd)
+    done = capped("pdf", folder)
+    assert done.returncode == 0, done.stderr
+    assert (folder / "a.pdf").is_file() and odd.with_suffix(".pdf").is_file()
