@@ -323,3 +323,32 @@ def test_a_workbook_whose_name_is_not_utf8_prints_with_the_rest_of_its_folder(tm
     done = capped("pdf", folder)
     assert done.returncode == 0, done.stderr
     assert (folder / "a.pdf").is_file() and odd.with_suffix(".pdf").is_file()
+
+
+# -- a flag given by hand against the checkpoint ----------------------------------------------
+
+@pytest.mark.parametrize("family,flags,says", [
+    ("BERT", ("--heads", "1"), "--heads 1 contradicts the checkpoint (num_attention_heads"),
+    ("BERT", ("--pre-ln",), "--pre-ln True contradicts the checkpoint"),
+    ("BERT", ("--ln-eps", "1e-5"), "--ln-eps 1e-05 contradicts the checkpoint (layer_norm_eps"),
+    ("BERT", ("--gelu", "tanh"), "--gelu tanh contradicts the checkpoint (hidden_act"),
+    ("DistilBERT", ("--ln-eps", "1e-5"), "--ln-eps 1e-05 contradicts the checkpoint"),
+    ("LLaMA", ("--rope-theta", "5"), "--rope-theta 5.0 contradicts the checkpoint (rope_theta"),
+    ("GPT-2", ("--layer-number", "3"), "--layer-number 3 contradicts the checkpoint (--layer 0"),
+    ("GPT-2", ("--gelu", "exact"), "--gelu exact contradicts the checkpoint"),
+    ("Mamba", ("--ln-eps", "1e-3"), "--ln-eps 0.001 contradicts the checkpoint "
+                                    "(layer_norm_epsilon"),
+], ids=["heads", "pre-ln", "ln-eps", "gelu", "distilbert-eps", "rope-theta", "layer-number",
+        "gpt2-gelu", "mamba-eps"])
+def test_a_flag_that_contradicts_the_checkpoint_is_one_line(tmp_path, family, flags, says):
+    kind, weights, config, _, family_flags = FAMILY_CASES[family]
+    folder = model_folder(tmp_path / "m", weights(), config)
+    line = refused_build(tmp_path, kind, "--checkpoint", folder, *family_flags, *flags)
+    assert says in line and "leave" in line, line
+
+
+def test_a_flag_that_agrees_with_the_checkpoint_builds(tmp_path):
+    folder = model_folder(tmp_path / "m", bert_weights(), BERT_CONFIG)
+    done = capped("build", "encoder-block", "--checkpoint", folder, "--heads", HEADS,
+                  "--ln-eps", BERT_CONFIG["layer_norm_eps"], "-o", tmp_path / "x.xlsx")
+    assert done.returncode == 0, done.stderr

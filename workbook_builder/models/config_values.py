@@ -82,3 +82,18 @@ def checked_config(config: dict[str, Any], where: str) -> dict[str, Any]:
             most = f", at most {MAX_SIZE:,}" if large else ""
             raise UserError(f"{where}: {key} must be {_WORDS[kind]}{most}, not {shown}")
     return config
+
+
+def refuse_contradicted_flags(source: str, decided: dict[str, Any], explicit: dict[str, Any],
+                              said_by: dict[str, str]) -> None:
+    """A flag given by hand with another value than the checkpoint's own (`decided`: our
+    parameter -> what its config, its shapes or its family's code give) is refused: the
+    sheet would compute another layer than the one its About sheet says it holds.
+    `said_by`: parameter -> the config key that says it."""
+    for key, value in explicit.items():
+        if key in decided and value != decided[key]:
+            flag = "--" + key.replace("_", "-")
+            said = said_by.get(key, "the checkpoint")
+            raise UserError(f"{source}: {flag} {value} contradicts the checkpoint ({said} "
+                            f"gives {decided[key]}); the sheet holds its layer as the model "
+                            f"computes it: leave {flag} out")

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models.config_values import refuse_contradicted_flags
 from workbook_builder.models.families import MAMBA
 from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.loader import (
@@ -51,6 +52,11 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     if ids is not None:
         sizes["seq_len"] = len(ids)
+    # sizes by the shapes, eps by config.json: not to be changed by hand
+    refuse_contradicted_flags(checkpoint.source, sizes, explicit, {
+        "ln_eps": "layer_norm_epsilon", "seq_len": "the tokens of --text or --token-ids",
+        **dict.fromkeys(("d_model", "d_inner", "d_state", "dt_rank", "conv_kernel"),
+                        "the shapes of its tensors")})
     kind = get_kind(kind_name)
     params = make_params(kind, {**sizes, **explicit})
     conv_bias = config.get("use_conv_bias", True)
