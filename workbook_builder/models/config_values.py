@@ -94,6 +94,7 @@ def refuse_contradicted_flags(source: str, decided: dict[str, Any], explicit: di
         if key in decided and value != decided[key]:
             flag = "--" + key.replace("_", "-")
             said = said_by.get(key, "the checkpoint")
+            verb = "give" if said.startswith(("the shapes", "the tokens")) else "gives"
             raise UserError(f"{source}: {flag} {value} contradicts the checkpoint ({said} "
-                            f"gives {decided[key]}); the sheet holds its layer as the model "
+                            f"{verb} {decided[key]}); the sheet holds its layer as the model "
                             f"computes it: leave {flag} out")
