@@ -342,6 +342,7 @@ class Train(Kind):
     Params = TrainParams
     reference = staticmethod(train_ref)
     inputs = [TOKEN_IDS, LOOK_AT, *INITIAL]
+    repeated_by = ("steps",)  # one forward, backward and update band per step
     test_cases = [
         {"seq_len": 3, "vocab": 3, "d_k": 2, "steps": 2},
         {"seq_len": 3, "vocab": 2, "d_k": 3, "steps": 3, "causal": True, "no_scale": True,

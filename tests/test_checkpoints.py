@@ -298,13 +298,16 @@ def test_a_large_layer_in_the_cells_layout_is_refused(tiny_bert, tmp_path, monke
     assert "build it with --layout blocks" in one_line_error(ran)
 
 
-def test_config_sizes_win_over_defaults_and_flags_over_config(tiny_bert, tmp_path):
+def test_config_sizes_win_over_defaults_and_flags_agree_with_config(tiny_bert, tmp_path):
     config = json.loads((tiny_bert / "config.json").read_text())
     got = model_inputs("encoder-block", tiny_bert).params
     assert (got["d_model"], got["heads"], got["d_ff"]) == (
         config["hidden_size"], config["num_attention_heads"], config["intermediate_size"])
-    book = api.build("encoder-block", checkpoint=tiny_bert, ln_eps=1e-6, layout="blocks")
-    assert book.params.ln_eps == 1e-6
+    book = api.build("encoder-block", checkpoint=tiny_bert, ln_eps=config["layer_norm_eps"],
+                     layout="blocks")
+    assert book.params.ln_eps == config["layer_norm_eps"]
+    with pytest.raises(api.AttnsheetsError, match="--ln-eps 1e-06 contradicts"):
+        api.build("encoder-block", checkpoint=tiny_bert, ln_eps=1e-6, layout="blocks")
 
 
 # -- the real model, when its package is installed --------------------------------------------

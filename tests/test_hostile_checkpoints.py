@@ -1,101 +1,29 @@
 """Hostile checkpoints are one line and exit 2: safetensors headers whose offsets, dtypes or
 shapes lie, config.json values of the wrong type or nested beyond reason, scalar tensors
 where matrices belong, tokenizer.json files that are not UTF-8 or cannot encode. The
-checkpoints are written here with NumPy (no PyTorch needed): random weights of tiny models
-named by the families' own tables."""
+checkpoints are written with NumPy (no PyTorch needed, `helpers.numpy_models`): random
+weights of tiny models named by the families' own tables."""
 
-import json
-import struct
 from importlib.util import find_spec
-from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers.cli import cli, one_line_error
+from helpers.numpy_models import (
+    BERT_CONFIG,
+    HEADS,
+    LLAMA_CONFIG,
+    bert_weights,
+    gpt2_weights,
+    llama_weights,
+    model_folder,
+)
 
-from workbook_builder.models.families import BERT, GPT2, LLAMA, TABLE
+from workbook_builder.models.families import BERT
 
-D, HEADS, D_FF, VOCAB, POSITIONS = 4, 2, 6, 10, 8
 requires_tokenizers = pytest.mark.skipif(
     find_spec("tokenizers") is None, reason="tokenizers is not installed (pip install "
                                             "tokenizers)")
-
-
-def safetensors_bytes(tensors: dict[str, np.ndarray], change_header=None) -> bytes:
-    """The documented layout (u64 header length, JSON header, data); `change_header(header)`
-    edits the header before it is written."""
-    header, data = {}, b""
-    for name, value in tensors.items():
-        value = np.asarray(value, "<f4")
-        header[name] = {"dtype": "F32", "shape": list(value.shape),
-                        "data_offsets": [len(data), len(data) + value.nbytes]}
-        data += value.tobytes()
-    if change_header is not None:
-        change_header(header)
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + data
-
-
-def bert_weights() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    out_in = {"Q": (D, D), "K": (D, D), "V": (D, D), "O": (D, D), "1": (D_FF, D),
-              "2": (D, D_FF)}
-    weights = {}
-    for ours, (name, _) in BERT.layer.items():
-        kind, _, which = ours.partition("_")
-        shape = out_in[which] if kind == "W" else (out_in[which][0],) if kind == "B" else (D,)
-        weights[name.format(layer=0)] = rng.normal(size=shape)
-    rows = {"WORD_EMB": VOCAB, "POS_EMB": POSITIONS, "TYPE_EMB": 2}
-    for ours, (name, how) in BERT.embeddings.items():
-        weights[name] = rng.normal(size=(rows[ours], D) if how == TABLE else (D,))
-    return weights
-
-
-def llama_weights() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(1)
-    out_in = {"Q": (D, D), "K": (D, D), "V": (D, D), "O": (D, D), "GATE": (D_FF, D),
-              "UP": (D_FF, D), "DOWN": (D, D_FF)}
-    weights = {name.format(layer=0): rng.normal(size=out_in[ours[2:]] if ours.startswith("W_")
-                                                 else (D,))
-               for ours, (name, _) in LLAMA.layer.items()}
-    return {**weights, LLAMA.embeddings["WORD_EMB"][0]: rng.normal(size=(VOCAB, D))}
-
-
-def gpt2_weights() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(2)
-    in_out = {"O": (D, D), "1": (D, D_FF), "2": (D_FF, D)}
-    weights = {"h.0.attn.c_attn.weight": rng.normal(size=(D, 3 * D)),
-               "h.0.attn.c_attn.bias": rng.normal(size=3 * D)}
-    for ours, (name, _) in GPT2.layer.items():
-        kind, _, which = ours.partition("_")
-        if which in in_out:
-            shape = in_out[which] if kind == "W" else (in_out[which][1],)
-            weights[name.format(layer=0)] = rng.normal(size=shape)
-        elif "c_attn" not in name:
-            weights[name.format(layer=0)] = rng.normal(size=D)
-    sizes = {"WTE": (VOCAB, D), "WPE": (POSITIONS, D), "LNF_GAMMA": (D,), "LNF_BETA": (D,)}
-    return {**weights, **{name: rng.normal(size=sizes[ours])
-                          for ours, (name, _) in GPT2.embeddings.items()}}
-
-
-BERT_CONFIG = {"model_type": "bert", "hidden_size": D, "num_attention_heads": HEADS,
-               "intermediate_size": D_FF, "num_hidden_layers": 1, "hidden_act": "gelu",
-               "layer_norm_eps": 1e-12}
-LLAMA_CONFIG = {"model_type": "llama", "hidden_size": D, "num_attention_heads": HEADS,
-                "num_key_value_heads": HEADS, "intermediate_size": D_FF,
-                "num_hidden_layers": 1, "hidden_act": "silu", "rms_norm_eps": 1e-6}
-
-
-def model_folder(folder: Path, weights, config: dict | str | None, change_header=None,
-                 tokenizer: bytes | None = None) -> Path:
-    folder.mkdir()
-    (folder / "model.safetensors").write_bytes(safetensors_bytes(weights, change_header))
-    if config is not None:
-        (folder / "config.json").write_text(config if isinstance(config, str)
-                                            else json.dumps(config))
-    if tokenizer is not None:
-        (folder / "tokenizer.json").write_bytes(tokenizer)
-    return folder
 
 
 def header_change(key: str, value):

@@ -121,7 +121,8 @@ def test_checkpoints_that_do_not_fit_are_one_line(tiny_mamba, tmp_path):
     cases = {
         ("--layer", "2"): "no layer 2",
         ("--token-ids", "3,99"): "token id 99 is outside the vocabulary",
-        ("--d-state", "5"): "x_proj.weight has shape 7×8, expected 11×8",
+        ("--d-state", "5"): "--d-state 5 contradicts the checkpoint (the shapes of its tensors "
+                            "give 3)",
     }
     for flags, message in cases.items():
         result = cli("build", "mamba-block", "--checkpoint", folder, *flags,

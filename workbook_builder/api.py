@@ -11,12 +11,17 @@ Every error a user can cause raises `AttnsheetsError` with the one-line message 
 line prints.
 """
 
+import collections.abc
 import functools
 import html
 import importlib
 import inspect
+import math
+import numbers
 import os
 import tempfile
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,23 +118,35 @@ def __getattr__(name: str) -> Any:
 
 
 def _taking_str_paths(function: Callable) -> Callable:
-    """`function`, each argument annotated as a Path (or a list of them) also taken as a
-    `str` (or any `os.PathLike`), and a missing or unreadable file an `AttnsheetsError`."""
+    """`function` as the API offers it: every argument held to its annotation (one of
+    another type is an `AttnsheetsError` naming it, as is a call missing an argument),
+    each argument annotated as a Path (or a list of them) also taken as a `str` (or any
+    `os.PathLike`), and a missing or unreadable file an `AttnsheetsError`."""
     signature = inspect.signature(function)
+    hints = _parameter_hints(function, signature)
     path_params = {name: "list[" in str(param.annotation)
                    for name, param in signature.parameters.items()
                    if "Path" in str(param.annotation)}
 
     @functools.wraps(function)
     def with_paths(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise UserError(f"{function.__name__}: {error}") from None
+        for name, value in bound.arguments.items():
+            if name in hints and not _accepts(value, hints[name]):
+                shown = repr(value) if len(repr(value)) <= 40 else "…"
+                raise UserError(f"{function.__name__}: {name} must be "
+                                f"{_described(hints[name])}, not {type(value).__name__} "
+                                f"{shown}")
         for name, is_list in path_params.items():
             value = bound.arguments.get(name)
             if value is None:
                 continue
             if is_list and not isinstance(value, str | os.PathLike):
                 bound.arguments[name] = [Path(v) for v in value]
-            else:
+            elif isinstance(value, str | os.PathLike):  # a Book stays a Book
                 bound.arguments[name] = [Path(value)] if is_list else Path(value)
         try:
             return function(*bound.args, **bound.kwargs)
@@ -139,6 +156,85 @@ def _taking_str_paths(function: Callable) -> Callable:
             raise UserError(f"{error.filename}: {error.strerror}") from None
 
     return with_paths
+
+
+def _parameter_hints(function: Callable, signature: inspect.Signature) -> dict[str, Any]:
+    """Each named parameter's annotation, resolved in the function's module; one that names
+    what only a type checker imports (or nothing: `**sizes`) is left out, not judged."""
+    module = vars(inspect.getmodule(function) or object())
+    hints = {}
+    for name, param in signature.parameters.items():
+        annotation = param.annotation
+        if annotation is inspect.Parameter.empty or param.kind in (
+                param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, module)  # noqa: S307 - our own annotations
+            except Exception:  # a name imported only under TYPE_CHECKING
+                continue
+        hints[name] = annotation
+    return hints
+
+
+def _accepts(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the annotated type (`Any` and what this does not know of:
+    yes). A whole number is not a bool, a Path is also a str or any os.PathLike, a list
+    holds its items' type."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(value, arg) for arg in args)
+    if hint is Path:
+        return isinstance(value, str | os.PathLike)
+    if hint is bool:
+        return isinstance(value, bool | np.bool_)
+    if hint is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable):
+        holder = (list, tuple) if origin in (list, tuple) else origin
+        items = args[:1] if origin is not tuple or Ellipsis in args else ()
+        return isinstance(value, holder) and not isinstance(value, str) and \
+            all(_accepts(item, items[0]) for item in value) if items else \
+            isinstance(value, holder) and not isinstance(value, str)
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, collections.abc.Mapping) and \
+            all(_accepts(key, args[0]) for key in value) if args else \
+            isinstance(value, collections.abc.Mapping)
+    if origin is collections.abc.Callable or hint is collections.abc.Callable:
+        return callable(value)
+    if origin is type:
+        return isinstance(value, type) and (not args or not isinstance(args[0], type)
+                                            or issubclass(value, args[0]))
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _described(hint: Any) -> str:
+    """An annotation in words: "str or Path or None", "a list of str"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is None or hint is type(None):
+        return "None"
+    if origin in (typing.Union, types.UnionType):
+        words = " or ".join(_described(arg) for arg in args).split(" or ")
+        return " or ".join(dict.fromkeys(words))  # str | Path: "str or Path", once
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable) and args:
+        return f"a list of {_described(args[0])}"
+    if origin in (dict, collections.abc.Mapping):
+        return "a dict" + (f" of {_described(args[0])} keys" if args else "")
+    if origin is collections.abc.Callable or hint is collections.abc.Callable:
+        return "a function"
+    if origin is type:
+        return "a class"
+    if hint is Path:
+        return "str or Path"
+    return getattr(hint, "__name__", str(hint))
 
 
 # the kinds `--checkpoint` can fill
@@ -221,6 +317,8 @@ class Book:
         if not (0 <= i < where.shape[0] and 0 <= j < where.shape[1]):
             raise UserError(f"input {name} is {where.shape[0]}×{where.shape[1]}; it has no "
                             f"cell ({i}, {j})")
+        if not math.isfinite(value):
+            raise UserError(f"input {name}: a cell holds a finite number, not {value}")
         set_number(self.workbook[where.sheet], where.top + i, where.left + j, float(value))
         self._values = None
 
@@ -273,8 +371,10 @@ def build(kind: str, path: str | Path | None = None, *,
     kind_class = get_kind(kind)
     if layout not in LAYOUTS:
         raise UserError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if lang not in LANGS:
+        raise UserError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     labels_given = parse_tokens(tokens) if isinstance(tokens, str) else tokens
-    given = {name: np.asarray(value, dtype=float) for name, value in (inputs or {}).items()}
+    given = _number_tables(inputs)
     model = checkpoint_inputs(kind_class.name, sizes, checkpoint, layer, prefix, text,
                               token_ids, text2, token_ids2, tokenizer)
     preset = None
@@ -311,6 +411,19 @@ def build(kind: str, path: str | Path | None = None, *,
     if path is not None:
         book.save(path, force=force)
     return book
+
+
+def _number_tables(inputs: dict[str, Any] | None) -> dict[str, np.ndarray]:
+    """Each input given as an array of floats, or one line naming the one that is not a
+    table of numbers (text, rows of unequal length)."""
+    tables = {}
+    for name, value in (inputs or {}).items():
+        try:
+            tables[name] = np.asarray(value, dtype=float)
+        except (TypeError, ValueError) as error:
+            raise UserError(f"input {name} must be a table of numbers, rows of one length "
+                            f"({' '.join(str(error).split())[:80]})") from None
+    return tables
 
 
 def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path | None = None,
@@ -413,7 +526,7 @@ def reference(kind: str, inputs: dict[str, Any], seed: int = 0,
     """The NumPy reference's value of every step, in sheet order, for these inputs (sizes
     not given are inferred from them; inputs not given are drawn from `seed`)."""
     kind_class = get_kind(kind)
-    given = {name: np.asarray(value, dtype=float) for name, value in inputs.items()}
+    given = _number_tables(inputs)
     params = resolve_params(kind_class, sizes, given, None)
     return expected_steps(kind_class, params, complete_inputs(kind_class, params, given, seed))
 
@@ -434,10 +547,10 @@ def _heatmap_html(frame: "pd.DataFrame") -> str:
     return numbers.style.apply(shade).format("{:.4f}", na_rep="—").to_html()
 
 
-# the machinery's path-taking functions the command line reaches through this module
-check_writable = _taking_str_paths(check_writable)
-export_pdf = _taking_str_paths(export_pdf)
-open_workbook = _taking_str_paths(open_workbook)
-read_spec = _taking_str_paths(read_spec)
-export_pdfs = _taking_str_paths(export_pdfs)
-plan_handouts = _taking_str_paths(plan_handouts)
+# every public function, and the machinery's the command line reaches through this
+# module, holds its arguments to their types (the names of _ON_FIRST_USE: in __getattr__)
+for _name in __all__:
+    if inspect.isfunction(globals().get(_name)):
+        globals()[_name] = _taking_str_paths(globals()[_name])
+Book.save = _taking_str_paths(Book.save)
+Book.set_input = _taking_str_paths(Book.set_input)

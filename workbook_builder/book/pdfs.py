@@ -68,6 +68,12 @@ def _class_exercises(folder: Path) -> list[Path]:
         rows = list(csv.DictReader(f))
     if not rows or "file" not in rows[0]:
         raise UserError(f"{folder / CLASS_MANIFEST}: not a class manifest (no 'file' column)")
+    inside = folder.resolve()
+    outside = next((row["file"] for row in rows if not row["file"] or
+                    not (folder / row["file"]).resolve().is_relative_to(inside)), None)
+    if outside is not None:  # its PDF would be written there too
+        raise UserError(f"{folder / CLASS_MANIFEST} lists {outside!r}, which is not a file "
+                        f"inside the class folder; a class prints its own exercises")
     missing = [row["file"] for row in rows if not (folder / row["file"]).is_file()]
     if missing:
         raise UserError(f"{folder}: {missing[0]} is listed in {CLASS_MANIFEST} but missing"
@@ -110,11 +116,18 @@ def export_pdfs(handouts: list[Handout], force: bool = False, combined: Path | N
     with writing(first), temp_beside(first, ".attnsheets-pdf-", folder=True) as outdir:
         staged = outdir / "staged"
         staged.mkdir()
-        # numbered copies: two workbooks of one name in different folders stay apart
-        copies = [handout_copy(h.workbook, staged / f"{i:05d}_{h.workbook.name}")
+        # copies named by number alone: two workbooks of one name in different folders
+        # stay apart, and a name LibreOffice cannot read (not UTF-8) never reaches it
+        copies = [handout_copy(h.workbook, staged / f"{i:05d}.xlsx")
                   for i, h in enumerate(handouts)]
-        pdfs = convert_many(copies, "pdf", outdir, None if progress is None else
-                            lambda done: progress(done, len(handouts)))
+        try:
+            pdfs = convert_many(copies, "pdf", outdir, None if progress is None else
+                                lambda done: progress(done, len(handouts)))
+        except UserError as error:  # named by the user's file, not by its copy
+            message = str(error)
+            for copy, handout in zip(copies, handouts, strict=True):
+                message = message.replace(str(copy), str(handout.workbook))
+            raise UserError(message) from None
         if combined is not None:
             joined = outdir / "combined.pdf"
             ran = subprocess.run([pdfunite, *map(str, pdfs), str(joined)],

@@ -271,11 +271,93 @@ def _torch_state_dict(data: bytes, where: str) -> Checkpoint:
 
 
 def _npz(path: Path) -> Checkpoint:
+    """A NumPy .npz, a zip of .npy members: its directory and parts bounded as any zip's,
+    each member's header read (a few hundred bytes) and its shape held to the bytes the
+    member declares, and all of them to the packing bound of a zip's weights, before any
+    tensor is unpacked; each tensor is unpacked when first asked for."""
+    check_zip_directory(path, "checkpoint")
     try:
-        arrays = dict(np.load(path, allow_pickle=False))
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        with zipfile.ZipFile(path) as archive:
+            check_zip_parts(archive, path, "checkpoint")
+            members = [info for info in archive.infolist() if not info.is_dir()]
+            _refuse_packed_tightly(members, path)
+            headers = {_npz_key(info.filename): (info.filename,
+                                                 _npy_header(archive, info, path))
+                       for info in members}
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise UserError(f"{path}: not a readable .npz ({exc})") from None
-    return Checkpoint(str(path), {k: v.shape for k, v in arrays.items()}, arrays.__getitem__)
+
+    def read(name: str) -> np.ndarray:
+        member, (dtype, shape, fortran, offset) = headers[name]
+        where = f"{path}!{member}"
+        try:
+            with zipfile.ZipFile(path) as archive:
+                data = read_member(archive, member, archive.getinfo(member).file_size, where)
+        except (zipfile.BadZipFile, OSError, EOFError, KeyError) as exc:
+            raise UserError(f"{where}: not readable ({exc})") from None
+        flat = np.frombuffer(data, dtype, count=math.prod(shape), offset=offset)
+        return flat.reshape(shape, order="F" if fortran else "C")
+
+    return Checkpoint(str(path), {name: shape for name, (_, (_, shape, _, _))
+                                  in headers.items()}, read)
+
+
+# the longest .npy header read (NumPy's own reader stops at 10,000 bytes too)
+MAX_NPY_HEADER_BYTES = 10_000
+
+
+def _npz_key(member: str) -> str:
+    """The array's name, as np.load gives it: the member's name without .npy."""
+    return member.removesuffix(".npy")
+
+
+def _refuse_packed_tightly(members: list[zipfile.ZipInfo], path: Path) -> None:
+    """The .npz refused, before unpacking, when its members would unpack to more than
+    MAX_PACKING_RATIO times their packed size (and more than the floor): a zip's weights
+    file is held to the same bound."""
+    unpacked = sum(info.file_size for info in members)
+    packed = sum(info.compress_size for info in members)
+    limit = max(PACKING_FLOOR_BYTES, MAX_PACKING_RATIO * packed)
+    if unpacked > limit:
+        raise UserError(f"{path}: its arrays unpack to {unpacked / 2**20:,.0f} MB from "
+                        f"{packed / 2**20:,.1f} MB, more than the {limit / 2**20:,.0f} MB "
+                        f"attnsheets reads from it (weights barely pack)")
+
+
+def _npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
+                path: Path) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+    """(dtype, shape, Fortran order, where the data starts) of one .npy member, read from
+    its header alone; a member that is no array of plain numbers, or whose shape needs
+    other than the bytes it declares, is one line naming it."""
+    where = f"{path}!{info.filename}"
+    if not info.filename.endswith(".npy"):
+        raise UserError(f"{where}: not a NumPy array (.npy); an .npz checkpoint holds "
+                        f"arrays only")
+    with archive.open(info) as member:
+        try:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(
+                    member, max_header_size=MAX_NPY_HEADER_BYTES)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(
+                    member, max_header_size=MAX_NPY_HEADER_BYTES)
+            else:
+                raise ValueError(f"format version {version[0]}.{version[1]}")
+        except (ValueError, TypeError, SyntaxError, EOFError) as exc:
+            message = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise UserError(f"{where}: not a readable .npy header ({message})") from None
+        offset = member.tell()
+    if dtype.kind not in "fiub" or dtype.fields is not None or dtype.subdtype is not None:
+        raise UserError(f"{where}: holds {dtype}, not an array of numbers")
+    if not all(_whole(n) for n in shape):
+        raise UserError(f"{where}: its shape {list(shape)} is not whole numbers, 0 or more")
+    # the bytes the shape needs, in Python integers (a claim of 10^9×10^9 stays exact)
+    needed, held = math.prod(shape) * dtype.itemsize, info.file_size - offset
+    if needed != held:
+        raise UserError(f"{where}: an array of shape {list(shape)} ({dtype}) needs "
+                        f"{needed:,} bytes, the member holds {held:,}")
+    return dtype, tuple(shape), fortran, offset
 
 
 def model_json(path: Path, relative: str) -> tuple[dict | list | None, str]:

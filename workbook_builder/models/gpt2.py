@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models.config_values import refuse_contradicted_flags
 from workbook_builder.models.families import CONV1D, GPT2
 from workbook_builder.models.files import Checkpoint
 from workbook_builder.registry import get_kind
@@ -45,6 +46,15 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
         sizes["seq_len"] = len(ids)
     if kind_name == "decoder-block":
         sizes["layer_number"] = layer + 1
+    # what the checkpoint says cannot be changed by hand (a bare weights file's eps and
+    # GELU are GPT-2's defaults: those can)
+    decided = dict(sizes) if checkpoint.config is not None else \
+        {k: v for k, v in sizes.items() if k in ("d_model", "d_ff", "vocab", "layer_number")}
+    said = {ours: key for key, ours in GPT2.config.items()}
+    refuse_contradicted_flags(checkpoint.source, decided, explicit, {
+        **said, "gelu": "activation_function", "layer_number": f"--layer {layer}",
+        "scale_by_layer": "scale_attn_by_inverse_layer_idx",
+        "seq_len": "the tokens of --text or --token-ids"})
     kind = get_kind(kind_name)
     vocab = sizes["vocab"]
     fields = {f.name for f in dataclasses.fields(kind.Params)}

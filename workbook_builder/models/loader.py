@@ -16,6 +16,7 @@ import numpy as np
 
 from workbook_builder.errors import UserError
 from workbook_builder.models import llama
+from workbook_builder.models.config_values import refuse_contradicted_flags
 from workbook_builder.models.families import (
     ACTIVATIONS,
     BERT,
@@ -38,6 +39,19 @@ MODELS_EXTRA = "pip install 'attnsheets[models]'"
 # flags that shape every layer, so also the layers computed before the one on the sheet
 LAYER_FLAGS = ("heads", "d_ff", "ln_eps", "activation", "gelu", "kv_heads", "rms_eps",
                "rope_theta")
+
+
+# parameters a bare weights file gives by its tensors (sizes, which biases it holds)
+SHAPE_DECIDED = ("d_model", "d_ff", "qkv_bias", "o_bias", "mlp_bias")
+
+
+def said_by(family: Family) -> dict[str, str]:
+    """Each of our parameters and the config.json key that gives it."""
+    keys = {ours: key for key, ours in family.config.items()}
+    if family.activation_key:
+        keys.update(dict.fromkeys(("activation", "gelu"), family.activation_key))
+    return {**keys, "pre_ln": f"{family.name}'s layer", **dict.fromkeys(
+        family.constants, f"{family.name}'s code")}
 
 
 @dataclass
@@ -78,7 +92,12 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
         sizes.update(llama.bias_switches(checkpoint, family, base))
         if checkpoint.config is None:  # a config without the key: LlamaConfig's default
             sizes.update(llama.shape_sizes(checkpoint, base, {**sizes, **explicit}))
-    # flags given by hand win, in the layers before this one too
+    # what the checkpoint says cannot be changed by hand; what a bare weights file leaves
+    # to its family's defaults can, in the layers before this one too
+    decided = dict(sizes) if checkpoint.config is not None else \
+        {k: v for k, v in sizes.items() if k in SHAPE_DECIDED or k in family.constants}
+    refuse_contradicted_flags(checkpoint.source, {**decided, "pre_ln": not family.post_ln},
+                              explicit, said_by(family))
     sizes.update({k: v for k, v in explicit.items() if k in LAYER_FLAGS})
     _existing_layer(checkpoint, family, base, layer)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
@@ -396,9 +415,11 @@ def _positions(checkpoint: Checkpoint, family: Family, ids: list[int]) -> list[i
         return list(range(len(ids)))
     config = checkpoint.config or {}
     pad = config.get("pad_token_id", family.defaults["pad_token_id"])
-    if not isinstance(pad, int) or isinstance(pad, bool):
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+        # a negative one would read the position table's rows from its end
         raise UserError(f"{checkpoint.source}: config.json sets pad_token_id to "
-                        f"{json.dumps(pad)}; {family.name}'s positions start after it")
+                        f"{json.dumps(pad)}; {family.name}'s positions start after it, a "
+                        f"row of the position table (0 or more)")
     count, positions = 0, []
     for i in ids:
         count += i != pad

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models.config_values import refuse_contradicted_flags
 from workbook_builder.models.families import MAMBA
 from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.loader import (
@@ -51,6 +52,11 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     if ids is not None:
         sizes["seq_len"] = len(ids)
+    # sizes by the shapes, eps by config.json: not to be changed by hand
+    refuse_contradicted_flags(checkpoint.source, sizes, explicit, {
+        "ln_eps": "layer_norm_epsilon", "seq_len": "the tokens of --text or --token-ids",
+        **dict.fromkeys(("d_model", "d_inner", "d_state", "dt_rank", "conv_kernel"),
+                        "the shapes of its tensors")})
     kind = get_kind(kind_name)
     params = make_params(kind, {**sizes, **explicit})
     conv_bias = config.get("use_conv_bias", True)
@@ -90,7 +96,7 @@ def _sizes(checkpoint: Checkpoint, base: str, config: dict) -> dict[str, Any]:
              "d_state": shape("A_LOG", 2)[1], "dt_rank": shape("W_DELTA", 2)[1],
              "conv_kernel": shape("CONV_W", 3)[2]}
     rank = config.get("time_step_rank")
-    if rank is not None and rank != sizes["dt_rank"] and not (
+    if rank is not None and (isinstance(rank, bool) or rank != sizes["dt_rank"]) and not (
             rank == "auto" and math.ceil(d_model / 16) == sizes["dt_rank"]):
         raise UserError(f"{checkpoint.source}: config.json's time_step_rank {rank!r} does "
                         f"not fit dt_proj.weight ({sizes['dt_rank']} columns)")

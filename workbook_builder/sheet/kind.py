@@ -62,6 +62,9 @@ class Kind:
     reference: ClassVar[Callable[..., dict[str, np.ndarray]]]
     sheet_title: ClassVar[str]
     inputs: ClassVar[Sequence[Input]] = ()     # every input the kind may have, in sheet order
+    # whole-number parameters that repeat sections of the sheet, each repeat the same cells
+    # (train's steps): a count no sheet holds is refused from the plans of 1 and 2 repeats
+    repeated_by: ClassVar[tuple[str, ...]] = ()
     # parameter sets the test suite builds and checks (both layouts); a new kind is tested
     # without being listed anywhere else
     test_cases: ClassVar[list[dict[str, Any]]] = []

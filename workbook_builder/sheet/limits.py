@@ -206,6 +206,7 @@ def check_fits(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> Ext
     if type(max_cells) is not int or max_cells <= 0:
         raise UserError(f"--max-cells must be a positive whole number, got {max_cells}")
     kind, params, exercise = request.kind, request.params, request.exercise
+    check_repeats(request, max_cells)
     try:
         extent = plan_extent(request, max_cells)
     except HandTooLarge as large:
@@ -244,6 +245,36 @@ def check_fits(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> Ext
                         f"{EXCEL_COLS:,}; {_lower(params)}")
     check_labels(request.labels)
     return extent
+
+
+def check_repeats(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> None:
+    """Refuse, naming its flag, a count of repeats (`Kind.repeated_by`: train's steps) no
+    sheet holds, from the plans of 1 and 2 repeats: each adds the same cells and rows, so
+    k repeats hold c₁ + (k − 1)·(c₂ − c₁) — where placing them would first place millions
+    of blocks, and the block that crosses the limit names the flags of its own sizes."""
+    kind, params = request.kind, request.params
+    fields = {f.name: f for f in dataclasses.fields(params)}
+    for name in kind.repeated_by:
+        count = getattr(params, name)
+        if count <= 2:
+            continue
+        try:
+            one, two = (plan_extent(dataclasses.replace(
+                request, params=dataclasses.replace(params, **{name: k}))) for k in (1, 2))
+        except (PlanBeyond, HandTooLarge):
+            continue  # one repeat is too large already: the whole plan says which flag
+        flag = _flag(fields[name])
+        cells = one.cells + (count - 1) * (two.cells - one.cells)
+        rows = one.rows + (count - 1) * (two.rows - one.rows)
+        if cells > max_cells:
+            raise UserError(f"{kind.name}: the workbook would hold {cells:,} input and "
+                            f"formula cells, more than --max-cells {max_cells:,} ({flag} "
+                            f"{count:,}, each adding {two.cells - one.cells:,}); lower "
+                            f"{flag}, or raise --max-cells")
+        if rows > EXCEL_ROWS:
+            raise UserError(f"{kind.name}: the sheet would be {rows:,} rows long, more than "
+                            f"Excel's {EXCEL_ROWS:,} ({flag} {count:,}, each adding "
+                            f"{two.rows - one.rows:,}); lower {flag}")
 
 
 def check_labels(labels: list[Any]) -> None:
