@@ -42,6 +42,7 @@ from workbook_builder.sheet import (
     WholeNumbers,
     section,
 )
+from workbook_builder.sheet.limits import EXCEL_ROWS
 
 
 @dataclass(frozen=True)
@@ -431,6 +432,7 @@ class Seq2seq(TwoSequenceKind):
     summary = "GRU encoder-decoder with Bahdanau attention (the PyTorch tutorial), greedy"
     sheet_title = "Seq2seq"
     Params = Seq2seqParams
+    repeated_by = ("decode",)  # one decoder band per step
     reference = staticmethod(seq2seq_ref)
     target = "decode"
     inputs = [SRC_IDS, TGT_IDS, ENC_EMBEDDING, ENC_W_I, ENC_B_I, ENC_W_H, ENC_B_H,
@@ -461,6 +463,9 @@ class Seq2seq(TwoSequenceKind):
             if getattr(p, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive whole "
                                 f"number, got {getattr(p, name)}")
+        if p.decode > EXCEL_ROWS:  # refused before a label per step is made
+            raise UserError(f"--decode {p.decode:,}: every decoder step takes a row of its "
+                            f"own, and a sheet has {EXCEL_ROWS:,}; lower --decode")
         for name in ("sos", "eos"):  # ids count from 0
             if not 0 <= getattr(p, name) < p.tgt_vocab:
                 raise UserError(f"--{name} must be a target id 0 … {p.tgt_vocab - 1}, "

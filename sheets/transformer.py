@@ -381,6 +381,7 @@ class Transformer(Kind):
                "greedy decoding step by step")
     sheet_title = "Transformer"
     Params = TransformerParams
+    repeated_by = ("decode",)  # one decoding band per step (each recomputes its prefix)
     reference = staticmethod(transformer_ref)
     inputs = [SRC_IDS, WTE, LOGITS_BIAS, POS_EMB,
               *(w for weights in ENC_WEIGHTS for w in weights.values()), *ENC_LNF,
