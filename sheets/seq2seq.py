@@ -432,7 +432,7 @@ class Seq2seq(TwoSequenceKind):
     summary = "GRU encoder-decoder with Bahdanau attention (the PyTorch tutorial), greedy"
     sheet_title = "Seq2seq"
     Params = Seq2seqParams
-    repeated_by = ("decode",)  # one decoder band per step
+    repeated_by = ("decode", "src_len")  # one band per decoder step and per encoder step
     reference = staticmethod(seq2seq_ref)
     target = "decode"
     inputs = [SRC_IDS, TGT_IDS, ENC_EMBEDDING, ENC_W_I, ENC_B_I, ENC_W_H, ENC_B_H,
