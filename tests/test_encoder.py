@@ -527,7 +527,7 @@ def test_all_minilm_l6_v2_reference_equals_sentence_transformers(tmp_path):
     (6 layers, mean pooling, Normalize from its modules.json): the float64 reference's
     EMBEDDING, EMBEDDING_2, every OUTPUT_Ll and SIMILARITY equal
     SentenceTransformer(folder).encode and transformers' hidden states in float64 to 1e-12
-    relative. Its whole sheet (22 M input cells) is not built here."""
+    relative. Its whole sheet (22 M input cells) is built in the slow test below."""
     import zipfile
 
     from helpers.models import sentence_encodings
