@@ -230,3 +230,44 @@ def test_a_tensor_the_sheet_does_not_read_is_refused(tmp_path):
     ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
               "--layout", "blocks")
     assert "model.pooler.weight" in one_line_error(ran)
+
+
+def test_text_is_encoded_by_the_checkpoints_tokenizer(tmp_path):
+    """A WordLevel tokenizer.json saved into the folder: --text reaches SRC_IDS as its ids,
+    the source rows are labelled by its tokens, and the sheet still equals the model."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    folder = save_tiny_bart(tmp_path / "m", seed=3)
+    words = ["<s>", "<pad>", "</s>", *(f"w{i}" for i in range(3, VOCAB))]
+    tokenizer = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    text = "w7 w3 w12 w9 w16"
+    ids = [7, 3, 12, 9, 16]
+    assert tokenizer.encode(text).ids == ids
+    memory, logits, chosen = bart_outputs(folder, ids, 3)
+    path = tmp_path / "text.xlsx"
+    book = api.build("transformer", path, checkpoint=folder, text=text, decode=3,
+                     layout="blocks")
+    assert book.params.src_len == len(ids)
+    got = api.read_blocks(book)
+    assert got["SRC_IDS"].iloc[:, 0].astype(int).tolist() == ids
+    assert got["SRC_IDS"].index.tolist() == text.split()
+    assert relative(got["ENC_OUTPUT"].to_numpy(float), memory) < 1e-12
+    assert got["GENERATED"].iloc[:, 0].astype(int).tolist() == chosen
+    for t in range(3):
+        assert relative(got[f"LOGITS_T{t + 1}"].to_numpy(float)[0], logits[t]) < 1e-12
+
+
+def test_a_t5_checkpoint_is_refused_in_one_line_saying_why(tmp_path):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path / "t5"
+    T5ForConditionalGeneration(T5Config(vocab_size=VOCAB, d_model=8, d_kv=4, d_ff=6,
+                                        num_layers=1, num_heads=2)).save_pretrained(folder)
+    line = one_line_error(cli("build", "transformer", "-o", tmp_path / "t.xlsx",
+                              "--checkpoint", folder, "--token-ids", "3,4,5"))
+    assert "T5" in line and "relative position buckets" in line
+    assert not (tmp_path / "t.xlsx").exists()

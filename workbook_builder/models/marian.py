@@ -57,6 +57,10 @@ def model_type(checkpoint: Checkpoint) -> str:
         raise UserError(f"{checkpoint.source}: transformer reads a MarianMT or BART model "
                         f"folder with its config.json")
     model_type = config.get("model_type")
+    if model_type in ("t5", "mt5", "umt5"):
+        raise UserError(f"{checkpoint.source}: a T5 model (model_type {json.dumps(model_type)}) "
+                        f"does not fit the transformer sheet: its relative position buckets, "
+                        f"RMSNorm and attention without 1/√d_k are not its steps")
     if model_type not in ("marian", "bart"):
         raise UserError(f"{checkpoint.source}: config.json's model_type is "
                         f"{json.dumps(model_type)}; transformer reads MarianMT and BART "
