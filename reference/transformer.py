@@ -7,8 +7,10 @@ output layer; P = max(n, K) positions 0 … P−1; H heads of width d_k = d/H (c
 slices); LN(r) = (r − μ)/√(σ² + eps)·γ + β per row (biased σ²); act = ReLU, exact GELU or
 SiLU; c = √d (1 with no_scale).
   POS = PE (sinusoidal: PE[p,2i] = sin(p/10000^(2i/d)), PE[p,2i+1] = cos(…); halves:
-        PE[p,i] = sin(…), PE[p,d/2+i] = cos(…)) or POS_EMB
+        PE[p,i] = sin(…), PE[p,d/2+i] = cos(…)) or POS_EMB (per_stack: ENC_POS_EMB for the
+        encoder, DEC_POS_EMB for the decoder)
   SRC_EMB_i = WTE[s_i];   ENC_X = c·SRC_EMB + POS[0 … n−1]
+  embed_ln: ENC_X_LN = LN_ENC_EMB_LN(ENC_X) enters layer 1 (DEC_X_LN = LN_DEC_EMB_LN(DEC_X))
   encoder layer (post-LN): H1 = LN1(X + MHA(X));  OUTPUT = LN2(H1 + FFN(H1))
                 (pre-LN):  R1 = X + MHA(LN1(X));  OUTPUT = R1 + FFN(LN2(R1))
   ENC_OUTPUT = the last layer's output (pre-LN: ENC_LNF of it)
@@ -22,7 +24,8 @@ SiLU; c = √d (1 with no_scale).
       CROSS_V_h, heads concatenated, ·CROSS_W_O + CROSS_B_O
     LOGITS = last row (pre-LN: of DEC_LNF) ·WTEᵀ (+ LOGITS_BIAS)
     GEN_LOGITS = LOGITS with generate's banned ids at −10³⁰ (the pad id with ban_pad; all
-    but the end id at step K with forced_end);  PROBS = softmax(GEN_LOGITS or LOGITS)
+    but bos_id at step 1 with forced_bos, unless forced_end forces step 1 = K; all but the
+    end id at step K with forced_end);  PROBS = softmax(GEN_LOGITS or LOGITS)
     ARGMAX = the first id of the largest probability;  y_t = pad once the end id was chosen,
     else ARGMAX
   GENERATED = [y_1 … y_K]
@@ -174,13 +177,19 @@ def transformer_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
                                           np.cos(steps["PE_ANGLE"])], axis=1)
         else:
             steps["PE"] = sinusoidal_pe(steps["PE_ANGLE"])
-        pos = steps["PE"]
+        pos = dec_pos = steps["PE"]
+    elif params.positions == "learned":
+        pos = dec_pos = inputs["POS_EMB"]
     else:
-        pos = inputs["POS_EMB"]
+        pos, dec_pos = inputs["ENC_POS_EMB"], inputs["DEC_POS_EMB"]
     src = inputs["SRC_IDS"][:, 0].astype(int)
     steps["SRC_EMB"] = wte[src]
     steps["ENC_X"] = steps["SRC_EMB"] * scale + pos[:n]
     x = steps["ENC_X"]
+    if params.embed_ln:
+        steps.update(layer_norm_steps(x, inputs["ENC_EMB_LN_GAMMA"], inputs["ENC_EMB_LN_BETA"],
+                                      "ENC_EMB_LN", "ENC_X_LN", params.ln_eps))
+        x = steps["ENC_X_LN"]
     for layer in range(1, params.layers + 1):
         sfx = f"_E{layer}"
         made = encoder_layer(x, _layer_weights(inputs, sfx), params)
@@ -203,9 +212,14 @@ def transformer_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
         ids = np.array([params.start_id, *chosen])
         steps["DEC_IDS" + st] = ids.reshape(-1, 1).astype(float)
         steps["DEC_EMB" + st] = wte[ids]
-        steps["DEC_X" + st] = steps["DEC_EMB" + st] * scale + pos[:t]
+        steps["DEC_X" + st] = steps["DEC_EMB" + st] * scale + dec_pos[:t]
         steps["MASK" + st] = causal_allowed(t, t).astype(float)
         x = steps["DEC_X" + st]
+        if params.embed_ln:
+            first = layer_norm_steps(x, inputs["DEC_EMB_LN_GAMMA"], inputs["DEC_EMB_LN_BETA"],
+                                     "DEC_EMB_LN", "DEC_X_LN", params.ln_eps)
+            steps.update({name + st: value for name, value in first.items()})
+            x = first["DEC_X_LN"]
         for layer, w in enumerate(decoder, 1):
             made = decoder_layer(x, w, steps[f"CROSS_K_D{layer}"], steps[f"CROSS_V_D{layer}"],
                                  params)
@@ -225,7 +239,10 @@ def transformer_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
             banned = np.zeros(params.vocab, bool)
             if params.ban_pad:
                 banned |= every_id == params.pad_id
-            if params.forced_end and t == params.decode:
+            last_forced = params.forced_end and t == params.decode
+            if params.forced_bos and t == 1 and not last_forced:
+                banned |= every_id != params.bos_id
+            if last_forced:
                 banned |= every_id != params.end_id
             logits = np.where(banned, -1e30, logits)
             steps["GEN_LOGITS" + st] = logits

@@ -3,7 +3,9 @@
 
     POS = PE (PE[p,2i] = sin(p/10000^(2i/d)), PE[p,2i+1] = cos(…); --sinusoid halves:
           PE[p,i] = sin(…), PE[p,d/2+i] = cos(…), as Marian) or the input POS_EMB
+          (--positions per_stack: ENC_POS_EMB for the encoder, DEC_POS_EMB for the decoder)
     SRC_EMB_i = INDEX(WTE, s_i + 1, ·)       ENC_X = SRC_EMB·√d + POS[0 … n−1]   (--no-scale: ·1)
+    --embed-ln: ENC_X_LN = ENC_EMB_LN(ENC_X) enters layer 1 (DEC_X_LN = DEC_EMB_LN(DEC_X) too)
     h_l = encoder layer l (h_{l−1})          encoder-block's steps, names ending _E1 … _EN
     ENC_OUTPUT = h_N (pre-LN: ENC_LNF(h_N))
     CROSS_K_Dl = ENC_OUTPUT·CROSS_W_K + CROSS_B_K, CROSS_V_Dl likewise: once per decoder layer
@@ -13,7 +15,8 @@
       g_l = decoder layer l (g_{l−1}): causal self-attention, cross-attention over the
             encoder's keys and values, FFN, each with Add & Norm (pre-LN: norm first)
       LOGITS = last row of g_M (pre-LN: DEC_LNF(g_M))·WTEᵀ (+ LOGITS_BIAS)
-      GEN_LOGITS = LOGITS, the ids generate bans at −10³⁰ (--ban-pad, --forced-end)
+      GEN_LOGITS = LOGITS, the ids generate bans at −10³⁰ (--ban-pad, --forced-bos,
+                   --forced-end)
       PROBS = softmax(GEN_LOGITS or LOGITS);  ARGMAX = the smallest id of the largest one
       NEXT_TOKEN = the pad id once the end id was chosen (FINISHED), else ARGMAX
     GENERATED = [NEXT_TOKEN_T1 … NEXT_TOKEN_TK]
@@ -53,7 +56,7 @@ from workbook_builder.sheet.kind import make_params
 
 MAX_LAYERS = 12  # the inputs of every possible layer are declared once
 ACTIVATIONS = ("relu", "gelu", "silu")
-POSITIONS = ("sinusoidal", "learned")
+POSITIONS = ("sinusoidal", "learned", "per_stack")
 SINUSOIDS = ("interleaved", "halves")
 DECODER_WEIGHTS = tuple(decoder_layer_inputs())  # their plain names
 
@@ -79,14 +82,18 @@ class TransformerParams:
                 "LayerNorm after each stack"})
     positions: str = field(default="sinusoidal", metadata={
         "choices": list(POSITIONS),
-        "help": "sinusoidal (the paper's sin/cos, live formulas) or learned (an input "
-                "table POS_EMB)"})
+        "help": "sinusoidal (the paper's sin/cos, live formulas), learned (an input "
+                "table POS_EMB) or per_stack (two tables, ENC_POS_EMB and DEC_POS_EMB, as "
+                "BART)"})
     sinusoid: str = field(default="interleaved", metadata={
         "choices": list(SINUSOIDS),
         "help": "the sinusoid's columns: interleaved (the paper: sin, cos, sin, …) or halves "
                 "(Marian: every sin first, then every cos)"})
     no_scale: bool = field(default=False, metadata={
         "help": "leave the embeddings unscaled (the paper multiplies them by √d_model)"})
+    embed_ln: bool = field(default=False, metadata={
+        "help": "a LayerNorm after embedding + positions in both stacks (BART's "
+                "layernorm_embedding)"})
     logits_bias: bool = field(default=False, metadata={
         "help": "add a bias row LOGITS_BIAS to the logits (Marian's final_logits_bias)"})
     pad_id: int = field(default=0, metadata={
@@ -95,6 +102,9 @@ class TransformerParams:
     end_id: int = field(default=2, metadata={"help": "the end id (end of sentence)"})
     ban_pad: bool = field(default=False, metadata={
         "help": "never choose the pad id (generate's bad_words_ids [[pad]], as Marian's)"})
+    forced_bos: bool = field(default=False, metadata={
+        "help": "the first step chooses --bos-id (generate's forced_bos_token_id)"})
+    bos_id: int = field(default=0, metadata={"help": "the id --forced-bos forces"})
     forced_end: bool = field(default=False, metadata={
         "help": "the last step chooses the end id (generate's forced_eos_token_id)"})
     ln_eps: float = field(default=1e-5, metadata={"help": "LayerNorm's eps (PyTorch: 1e-05)"})
@@ -102,7 +112,7 @@ class TransformerParams:
     @property
     def processed(self) -> bool:
         """Whether the logits pass through generate's bans before the softmax."""
-        return self.ban_pad or self.forced_end
+        return self.ban_pad or self.forced_end or self.forced_bos
 
     @property
     def d_k(self) -> int:
@@ -127,6 +137,14 @@ LOGITS_BIAS = Input("LOGITS_BIAS", 1, "vocab", "bias added to the logits", ["b"]
 POS_EMB = Input("POS_EMB", lambda p: p.positions_count, "d_model",
                 "learned position rows 0 … P−1 (both stacks read them)", _positions, "d",
                 when=lambda p: p.positions == "learned")
+ENC_POS_EMB = Input("ENC_POS_EMB", "src_len", "d_model",
+                    "the encoder's learned position rows 0 … n−1", ids_from_0("src_len"),
+                    "d", when=lambda p: p.positions == "per_stack")
+DEC_POS_EMB = Input("DEC_POS_EMB", "decode", "d_model",
+                    "the decoder's learned position rows 0 … K−1", ids_from_0("decode"),
+                    "d", when=lambda p: p.positions == "per_stack")
+ENC_EMB_LN = layer_norm_inputs("ENC_EMB_LN", when="embed_ln")
+DEC_EMB_LN = layer_norm_inputs("DEC_EMB_LN", when="embed_ln")
 ENC_WEIGHTS = [encoder_layer_inputs(f"_E{layer}", when=lambda p, layer=layer:
                                     p.layers >= layer)
                for layer in range(1, MAX_LAYERS + 1)]
@@ -142,10 +160,15 @@ def _scale(p) -> str:
     return "" if p.no_scale else f"*SQRT({p.d_model})"
 
 
-def _embedded(emb: str, rows) -> ByRow:
+def _position_table(p, stack: str) -> str:
+    """The block a stack ("ENC" or "DEC") reads its position rows from."""
+    return {"sinusoidal": "PE", "learned": "POS_EMB"}.get(p.positions, f"{stack}_POS_EMB")
+
+
+def _embedded(emb: str, rows, stack: str) -> ByRow:
     """EMB·√d + POS[0 … rows−1]: each row plus its position's row."""
     def row(i, j, env):
-        pos = env["PE" if env.params.positions == "sinusoidal" else "POS_EMB"]
+        pos = env[_position_table(env.params, stack)]
         if j is None:
             return f"={env[emb].row(i)}{_scale(env.params)}+{pos.row(i)}"
         return f"={env[emb].cell(i, j)}{_scale(env.params)}+{pos.cell(i, j)}"
@@ -170,6 +193,10 @@ def _pe_labels(p) -> list[str]:
 
 
 def position_section(p):
+    if p.positions == "per_stack":
+        return section("Positions: learned, one table per stack (BART keeps rows 0 and 1 "
+                       "of each apart: position p is its row p + 2)", [ENC_POS_EMB],
+                       [DEC_POS_EMB])
     if p.positions == "learned":
         return section("Positions: learned rows 0 … P−1 (P = max(n, K) = "
                        f"{p.positions_count}), read by both stacks", POS_EMB)
@@ -223,10 +250,14 @@ def _processed(p, t: int) -> Step:
     """generate's logits processors as a step: the pad id banned (bad_words_ids), every id
     but the end id at the last step (forced_eos_token_id), each set to −1E+30."""
     banned, words = [], []
+    last_forced = p.forced_end and t == p.decode  # generate's forced end comes last
+    if p.forced_bos and t == 1 and not last_forced:
+        banned.append(f"{{COL_LABEL}}<>{p.bos_id}")
+        words.append("every id but the forced first id (the first step)")
     if p.ban_pad:
         banned.append(f"{{COL_LABEL}}={p.pad_id}")
         words.append("the pad id")
-    if p.forced_end and t == p.decode:
+    if last_forced:
         banned.append(f"{{COL_LABEL}}<>{p.end_id}")
         words.append("every id but the end id (the last step)")
     # conditions added, not OR()ed: OR reduces a whole row in the blocks layout to one value
@@ -285,15 +316,22 @@ def decode_step(p, t: int) -> list:
          token_lookup("DEC_EMB" + st, "DEC_IDS" + st, rows=t,
                       explanation="Each prefix id's row of the embedding table."),
          Step("DEC_X" + st, "DEC_EMB" + ("" if p.no_scale else "·√d") + " + POS",
-              _embedded("DEC_EMB" + st, t), "What enters decoder layer 1: each row plus "
-                                            "its position's row."),
+              _embedded("DEC_EMB" + st, t, "DEC"),
+              "What enters decoder layer 1" + (" after DEC_EMB_LN" if p.embed_ln else "") +
+              ": each row plus its position's row."),
          Step("MASK" + st, "1 if key j ≤ query i else 0",
               Map("=IF({COL_LABEL}<={ROW_LABEL},1,0)", rows=t, cols=t),
               "Causal mask: a prefix row attends only to itself and the rows before it.",
               row_labels=_prefix(t), col_labels=_prefix(t), corner=QUERY_KEY)])
     layers = []
+    if p.embed_ln:
+        layers += scoped_sections(
+            [section("DEC_EMB_LN — the LayerNorm after the decoder's embedding",
+                     layer_norm("DEC_EMB_LN", "X", "DEC_X_LN", p.ln_eps))],
+            st, f"Step {t}", X="DEC_X" + st)
+    first = ("DEC_X_LN" if p.embed_ln else "DEC_X") + st
     for layer in range(1, p.dec_layers + 1):
-        source = "DEC_X" + st if layer == 1 else f"OUTPUT_D{layer - 1}{st}"
+        source = first if layer == 1 else f"OUTPUT_D{layer - 1}{st}"
         reads = {name: f"{name}_D{layer}" for name in DECODER_WEIGHTS}
         layers += scoped_sections(
             decoder_layer_sections(p, t, _prefix(t), p.pre_ln, p.activation, "exact",
@@ -383,7 +421,8 @@ class Transformer(Kind):
     Params = TransformerParams
     repeated_by = ("decode",)  # one decoding band per step (each recomputes its prefix)
     reference = staticmethod(transformer_ref)
-    inputs = [SRC_IDS, WTE, LOGITS_BIAS, POS_EMB,
+    inputs = [SRC_IDS, WTE, LOGITS_BIAS, POS_EMB, ENC_POS_EMB, DEC_POS_EMB, *ENC_EMB_LN,
+              *DEC_EMB_LN,
               *(w for weights in ENC_WEIGHTS for w in weights.values()), *ENC_LNF,
               *(w for weights in DEC_WEIGHTS for w in weights.values()), *DEC_LNF]
     # the sequence names its tokens in SRC_IDS's rows; the decoder's rows are positions
@@ -402,6 +441,10 @@ class Transformer(Kind):
          "vocab": 6, "decode": 3, "activation": "silu", "sinusoid": "halves", "pad_id": 5,
          "start_id": 5, "end_id": 0, "logits_bias": True, "ban_pad": True,
          "forced_end": True},
+        {"src_len": 3, "d_model": 4, "heads": 2, "d_ff": 3, "layers": 1, "dec_layers": 2,
+         "vocab": 7, "decode": 3, "activation": "gelu", "positions": "per_stack",
+         "embed_ln": True, "no_scale": True, "pad_id": 1, "start_id": 2, "end_id": 2,
+         "logits_bias": True, "forced_bos": True, "bos_id": 0, "forced_end": True},
     ]
     demo_cases = [("transformer", {})]
     examples = {"hand": hand_example}
@@ -427,9 +470,10 @@ class Transformer(Kind):
         if p.sinusoid not in SINUSOIDS:
             raise UserError(f"--sinusoid must be interleaved or halves, got {p.sinusoid!r}")
         if p.positions not in POSITIONS:
-            raise UserError(f"--positions must be sinusoidal or learned, got {p.positions!r}")
+            raise UserError(f"--positions must be one of {', '.join(POSITIONS)}, got "
+                            f"{p.positions!r}")
         for flag, value in (("--pad-id", p.pad_id), ("--start-id", p.start_id),
-                            ("--end-id", p.end_id)):
+                            ("--end-id", p.end_id), ("--bos-id", p.bos_id)):
             if not 0 <= value < p.vocab:
                 raise UserError(f"{flag} must be a token id 0 … {p.vocab - 1}, got {value}")
         if not 0 < p.ln_eps < 1:
@@ -453,7 +497,8 @@ class Transformer(Kind):
     def sections(cls, p):
         encoder = []
         for layer in range(1, p.layers + 1):
-            source = "ENC_X" if layer == 1 else f"OUTPUT_E{layer - 1}"
+            source = ("ENC_X_LN" if p.embed_ln else "ENC_X") if layer == 1 else \
+                f"OUTPUT_E{layer - 1}"
             encoder += scoped_sections(
                 encoder_layer_sections(p, ENC_WEIGHTS[layer - 1], p.pre_ln, p.activation,
                                        "exact", p.ln_eps, rows="src_len"),
@@ -486,6 +531,9 @@ class Transformer(Kind):
                 [w["CROSS_W_O"], w["CROSS_B_O"], w["LN2_GAMMA"], w["LN2_BETA"]],
                 [w["W_1"], w["B_1"], w["W_2"], w["B_2"], w["LN3_GAMMA"], w["LN3_BETA"]],
                 kv))
+        if p.embed_ln:
+            memory.append(section("DEC_EMB_LN — the LayerNorm after the decoder's embedding "
+                                  "(γ, β)", list(DEC_EMB_LN)))
         if p.pre_ln:
             memory.append(section("DEC_LNF — the decoder's final LayerNorm (γ, β)",
                                   list(DEC_LNF)))
@@ -501,8 +549,12 @@ class Transformer(Kind):
                                   explanation="Each source token's row of the embedding "
                                               "table, looked up by its id."),
                      Step("ENC_X", "SRC_EMB" + ("" if p.no_scale else "·√d") + " + POS",
-                          _embedded("SRC_EMB", "src_len"),
-                          "What enters encoder layer 1.", row_labels="tokens")]),
+                          _embedded("SRC_EMB", "src_len", "ENC"),
+                          "What enters encoder layer 1" + (" after ENC_EMB_LN" if p.embed_ln
+                                                           else "") + ".",
+                          row_labels="tokens")]),
+            *([layer_norm_section("ENC_EMB_LN", "ENC_X", "ENC_X_LN", p.ln_eps, *ENC_EMB_LN)]
+              if p.embed_ln else []),
             *encoder, ending, *memory, *steps,
             section("The translation: the ids the steps chose, in order",
                     Step("GENERATED", "[y_1 … y_K]",

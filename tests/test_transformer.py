@@ -201,11 +201,17 @@ ENGINES = [pytest.param(evaluate_with_formulas, id="formulas"),
 
 @pytest.fixture(scope="module")
 def sheets(tmp_path_factory):
-    """The post-LN and the pre-LN sheet at SIZES, in both layouts, with their reference."""
+    """The post-LN, the pre-LN and the BART-shaped sheet (a position table per stack, the
+    embedding LayerNorm, forced first and last ids) at SIZES, in both layouts, with their
+    reference."""
     folder = tmp_path_factory.mktemp("transformer")
     made = {}
     for label, values in (("post", {}), ("pre", {"pre_ln": True, "activation": "silu",
-                                                  "logits_bias": True})):
+                                                  "logits_bias": True}),
+                          ("bart", {"positions": "per_stack", "embed_ln": True,
+                                    "no_scale": True, "logits_bias": True,
+                                    "activation": "gelu", "forced_bos": True, "bos_id": 3,
+                                    "forced_end": True})):
         for layout in ("cells", "blocks"):
             path = folder / f"{label}_{layout}.xlsx"
             book = api.build("transformer", path, seed=SEED, layout=layout, **SIZES, **values)
@@ -216,7 +222,8 @@ def sheets(tmp_path_factory):
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("label,layout", [("post", "cells"), ("post", "blocks"),
-                                          ("pre", "cells"), ("pre", "blocks")])
+                                          ("pre", "cells"), ("pre", "blocks"),
+                                          ("bart", "cells"), ("bart", "blocks")])
 def test_the_sheet_equals_the_reference_in_every_engine(sheets, engine, label, layout):
     path, ref, names = sheets[label, layout]
     got = evaluated_blocks(path, engine(path), names)

@@ -243,7 +243,7 @@ def _described(hint: Any) -> str:
 OWN_READERS = {"mamba-block": ("workbook_builder.models.mamba", "model_inputs"),
                "kv-cache": ("workbook_builder.models.kv_cache", "kv_cache_inputs"),
                "encoder": ("workbook_builder.models.encoder", "encoder_inputs"),
-               "transformer": ("workbook_builder.models.marian", "model_inputs"),
+               "transformer": ("workbook_builder.models.bart", "model_inputs"),
                "seq2seq": ("workbook_builder.models.seq2seq", "seq2seq_inputs")}
 # the kind that embeds a second text (--text2, --token-ids2) beside the first, and takes a
 # tokenizer.json from elsewhere (--tokenizer: an ONNX file has none)

@@ -4,7 +4,8 @@ encoder and decoder layer, the shared embedding table, `final_logits_bias`, and 
 banned by `bad_words_ids`, the end id forced at the last step by `forced_eos_token_id`).
 Every config key that changes the math is reproduced or refused naming it; every tensor is
 read or is one that changes nothing (the sinusoid tables, recomputed as formulas, and the
-embedding table's tied copies), or is refused naming it."""
+embedding table's tied copies), or is refused naming it. (`bart` reads a `--checkpoint`
+folder for `transformer` and hands a MarianMT one to `marian_inputs`.)"""
 
 import json
 from pathlib import Path
@@ -14,8 +15,8 @@ import numpy as np
 
 from workbook_builder.book.reading import read_bounded
 from workbook_builder.errors import UserError
-from workbook_builder.models.files import Checkpoint, read_checkpoint
-from workbook_builder.models.loader import ModelInputs, _ids_and_labels, _short, check_request
+from workbook_builder.models.files import Checkpoint
+from workbook_builder.models.loader import ModelInputs, _ids_and_labels, _short
 from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import make_params
 
@@ -49,18 +50,28 @@ SINUSOID_TABLES = ("model.encoder.embed_positions.weight",
                    "model.decoder.embed_positions.weight")
 
 
-def _settings(checkpoint: Checkpoint, path: Path) -> dict[str, Any]:
-    """config.json's values over MarianConfig's defaults, generation_config.json's over
-    those (what `generate` reads)."""
+def model_type(checkpoint: Checkpoint) -> str:
+    """"marian" or "bart", or one line."""
     config = checkpoint.config
     if config is None:
-        raise UserError(f"{checkpoint.source}: transformer reads a MarianMT model folder with "
-                        f"its config.json")
-    if config.get("model_type") != "marian":
+        raise UserError(f"{checkpoint.source}: transformer reads a MarianMT or BART model "
+                        f"folder with its config.json")
+    model_type = config.get("model_type")
+    if model_type in ("t5", "mt5", "umt5"):
+        raise UserError(f"{checkpoint.source}: a T5 model (model_type {json.dumps(model_type)}) "
+                        f"does not fit the transformer sheet: its relative position buckets, "
+                        f"RMSNorm and attention without 1/√d_k are not its steps")
+    if model_type not in ("marian", "bart"):
         raise UserError(f"{checkpoint.source}: config.json's model_type is "
-                        f"{json.dumps(config.get('model_type'))}; transformer reads MarianMT "
-                        f"checkpoints (model_type \"marian\")")
-    settings = {**DEFAULTS, **config}
+                        f"{json.dumps(model_type)}; transformer reads MarianMT and BART "
+                        f"checkpoints (model_type \"marian\" or \"bart\")")
+    return model_type
+
+
+def read_settings(checkpoint: Checkpoint, path: Path, defaults: dict) -> dict[str, Any]:
+    """config.json's values over the config class's `defaults`, generation_config.json's
+    over those (what `generate` reads)."""
+    settings = {**defaults, **checkpoint.config}
     generation = path / "generation_config.json" if path.is_dir() else None
     if generation is not None and generation.exists():
         try:
@@ -187,20 +198,12 @@ def _refuse_the_rest(checkpoint: Checkpoint, read: set[str], table: np.ndarray) 
                         f"be); refused rather than left out")
 
 
-def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
-                 prefix: str | None = None, text: str | None = None,
-                 token_ids: list[int] | None = None,
-                 explicit: dict[str, Any] | None = None) -> ModelInputs:
-    """The inputs of `transformer` (`kind_name`) from a MarianMT folder: every layer, the
-    table and the logits bias; the source ids from --text or --token-ids, else the seed."""
-    check_request(text, token_ids, layer)
-    if layer or prefix is not None:
-        raise UserError("--layer and --prefix pick one layer; transformer reads every layer "
-                        "of a MarianMT checkpoint")
+def marian_inputs(kind_name: str, path: Path, checkpoint: Checkpoint, *, text: str | None,
+                  token_ids: list[int] | None,
+                  explicit: dict[str, Any] | None = None) -> ModelInputs:
+    """The inputs of `transformer` (`kind_name`) from a MarianMT folder already read."""
     explicit = explicit or {}
-    path = Path(path)
-    checkpoint = read_checkpoint(path)
-    settings = _settings(checkpoint, path)
+    settings = read_settings(checkpoint, path, DEFAULTS)
     sizes = marian_params(settings)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     if ids is not None:

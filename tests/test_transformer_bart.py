@@ -1,0 +1,273 @@
+"""transformer with a tiny random BART model saved by transformers (`save_pretrained` of a
+`BartForConditionalGeneration`, weights of standard deviation ≥ 0.3): ENC_OUTPUT equals
+`encoder_last_hidden_state`, each step's LOGITS the model's logits for the same prefix,
+GENERATED `generate(num_beams=1, do_sample=False, max_new_tokens=K)` without its start token
+(the pad id after its end), in float64 to 1e-12 relative; each config key that changes the
+math is reproduced or refused naming it."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers.books import evaluated_blocks
+from helpers.cli import cli, one_line_error
+from helpers.requires import requires_gnumeric, requires_libreoffice, requires_transformers
+
+from workbook_builder import api
+from workbook_builder.engines.formulas_engine import evaluate_with_formulas
+from workbook_builder.engines.gnumeric import evaluate_with_gnumeric
+from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
+
+pytestmark = requires_transformers
+VOCAB, BOS, PAD, EOS = 17, 0, 1, 2
+IDS = [5, 9, 3, 14, 7, 11]
+K = 4
+SMALL = {"vocab_size": VOCAB, "d_model": 10, "encoder_layers": 1, "decoder_layers": 2,
+         "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 9,
+         "decoder_ffn_dim": 9, "max_position_embeddings": 12}
+
+
+def save_tiny_bart(folder, seed=0, generation=None, **config):
+    """A BartForConditionalGeneration of random weights (linear weights, the table and the
+    position tables N(0, 0.5); biases, LayerNorms and final_logits_bias perturbed by
+    N(0, 0.3)), saved with save_pretrained; `generation` keys are written into its
+    generation_config.json."""
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = BartForConditionalGeneration(
+        BartConfig(**{**SMALL, "init_std": 0.5, **config})).eval()
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                tensor.add_(0.3 * torch.randn_like(tensor))
+        model.final_logits_bias.normal_(0, 0.3)
+    model.save_pretrained(folder)
+    if generation:
+        path = folder / "generation_config.json"
+        values = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**values, **generation}), encoding="utf-8")
+    return folder
+
+
+def bart_outputs(folder, ids, steps):
+    """encoder_last_hidden_state, each step's logits for the prefix generate chose, and
+    generate's ids without the start token, padded with the pad id to `steps`."""
+    import torch
+    from transformers import BartForConditionalGeneration
+
+    model = BartForConditionalGeneration.from_pretrained(folder, dtype=torch.float64).eval()
+    source = torch.tensor([ids])
+    with torch.no_grad():
+        generated = model.generate(source, num_beams=1, do_sample=False,
+                                   max_new_tokens=steps)[0].tolist()
+        assert generated[0] == model.generation_config.decoder_start_token_id
+        chosen = generated[1:] + [model.config.pad_token_id] * (steps + 1 - len(generated))
+        prefix = [generated[0], *chosen[:-1]]
+        out = model(input_ids=source, decoder_input_ids=torch.tensor([prefix]))
+    logits = out.logits[0].numpy()  # row t: the logits after prefix[0 … t]
+    return out.encoder_last_hidden_state[0].numpy(), logits, chosen
+
+
+def relative(got, exp) -> float:
+    return float(np.abs(got - exp).max() / np.abs(exp).max())
+
+
+@pytest.fixture(scope="module")
+def bart(tmp_path_factory):
+    folder = save_tiny_bart(tmp_path_factory.mktemp("bart") / "tiny",
+                            generation={"forced_bos_token_id": BOS})
+    return folder, bart_outputs(folder, IDS, K)
+
+
+ENGINES = [pytest.param(evaluate_with_formulas, id="formulas"),
+           pytest.param(evaluate_with_libreoffice, marks=requires_libreoffice,
+                        id="libreoffice"),
+           pytest.param(evaluate_with_gnumeric, marks=requires_gnumeric, id="gnumeric")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_sheet_generates_as_bart_does(bart, tmp_path, engine):
+    folder, (memory, logits, chosen) = bart
+    path = tmp_path / "bart.xlsx"
+    book = api.build("transformer", path, checkpoint=folder, token_ids=IDS, decode=K,
+                     layout="blocks")
+    p = book.params
+    assert (p.positions, p.embed_ln, p.no_scale, p.start_id, p.pad_id, p.end_id,
+            p.forced_bos, p.bos_id, p.forced_end, p.activation) == \
+        ("per_stack", True, True, EOS, PAD, EOS, True, BOS, True, "gelu")
+    names = ["ENC_OUTPUT", "GENERATED", *(f"LOGITS_T{t}" for t in range(1, K + 1))]
+    got = evaluated_blocks(path, engine(path), names)
+    worst = relative(got["ENC_OUTPUT"], memory)
+    for t in range(K):
+        worst = max(worst, relative(got[f"LOGITS_T{t + 1}"][0], logits[t]))
+    print(f"{engine.__name__}: largest relative |sheet − BART| = {worst:.1e}; "
+          f"generate {chosen}")
+    assert worst < 1e-12
+    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+    assert chosen[0] == BOS  # forced_bos_token_id
+    assert chosen[-1] in (EOS, PAD)  # forced_eos_token_id at the last step, or ended before
+
+
+def test_check_passes_and_the_embedding_norm_and_positions_are_on_the_sheet(bart, tmp_path):
+    folder, _ = bart
+    from safetensors.numpy import load_file
+
+    book = api.build("transformer", tmp_path / "bart.xlsx", checkpoint=folder,
+                     token_ids=IDS, decode=K, layout="blocks")
+    assert api.check(book).passed
+    blocks = api.read_blocks(book)
+    weights = load_file(str(folder / "model.safetensors"))
+    # position p is row p + 2 of each stack's own table
+    assert np.array_equal(blocks["ENC_POS_EMB"].to_numpy(float),
+                          weights["model.encoder.embed_positions.weight"][2:2 + len(IDS)])
+    assert np.array_equal(blocks["DEC_POS_EMB"].to_numpy(float),
+                          weights["model.decoder.embed_positions.weight"][2:2 + K])
+    assert {"ENC_X_LN", "DEC_X_LN_T1", f"DEC_X_LN_T{K}"} <= set(blocks)
+    assert blocks["GEN_LOGITS_T1"].iloc[0, BOS] != -1e30
+    assert (blocks["GEN_LOGITS_T1"].to_numpy(float)[0, 1:] == -1e30).all()
+
+
+# config keys that change the math: each value the sheet computes equals transformers
+EQUAL = [pytest.param({}, {}, id="defaults"),
+         pytest.param({"scale_embedding": True}, {}, id="scale_embedding-true"),
+         pytest.param({"activation_function": "relu"}, {}, id="activation-relu"),
+         pytest.param({"activation_function": "silu"}, {}, id="activation-silu"),
+         pytest.param({"activation_function": "swish"}, {}, id="activation-swish"),
+         pytest.param({}, {"forced_bos_token_id": 6}, id="forced_bos-6"),
+         pytest.param({"forced_eos_token_id": None}, {"forced_eos_token_id": None},
+                      id="forced_eos-none"),
+         pytest.param({"decoder_start_token_id": 4}, {"decoder_start_token_id": 4},
+                      id="decoder-start-4"),
+         pytest.param({"eos_token_id": 3, "forced_eos_token_id": 3},
+                      {"eos_token_id": 3, "forced_eos_token_id": 3}, id="eos-3"),
+         pytest.param({}, {"bad_words_ids": [[PAD]]}, id="bad-words-pad")]
+
+
+@pytest.mark.parametrize("config,generation", EQUAL)
+def test_each_config_value_the_sheet_computes_equals_transformers(tmp_path, config,
+                                                                   generation):
+    folder = save_tiny_bart(tmp_path / "m", seed=1, generation=generation, **config)
+    memory, logits, chosen = bart_outputs(folder, IDS[:4], 3)
+    book = api.build("transformer", checkpoint=folder, token_ids=IDS[:4], decode=3,
+                     layout="blocks")
+    got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
+    worst = max([relative(got["ENC_OUTPUT"], memory)] +
+                [relative(got[f"LOGITS_T{t + 1}"][0], logits[t]) for t in range(3)])
+    print(f"{config} {generation}: largest relative difference {worst:.1e}; generate {chosen}")
+    assert worst < 1e-12
+    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+
+
+def test_one_step_with_both_forced_ids_ends_as_generate_does(tmp_path):
+    """With K = 1 the first step is also the last: generate's forced end wins."""
+    folder = save_tiny_bart(tmp_path / "m", seed=2, generation={"forced_bos_token_id": BOS})
+    _, logits, chosen = bart_outputs(folder, IDS, 1)
+    book = api.build("transformer", checkpoint=folder, token_ids=IDS, decode=1,
+                     layout="blocks")
+    got = api.read_blocks(book)
+    assert chosen == [EOS]
+    assert int(got["GENERATED"].iloc[0, 0]) == EOS
+    assert relative(got["LOGITS_T1"].to_numpy(float)[0], logits[0]) < 1e-12
+
+
+REFUSED = [
+    pytest.param({"activation_function": "gelu_new"}, {}, "activation_function",
+                 id="activation-gelu_new"),
+    pytest.param({"tie_word_embeddings": False}, {}, "tie_word_embeddings", id="untied"),
+    pytest.param({"decoder_ffn_dim": 5}, {}, "decoder_ffn_dim", id="ffn-dims-differ"),
+    pytest.param({"decoder_attention_heads": 5}, {}, "decoder_attention_heads",
+                 id="heads-differ"),
+    pytest.param({}, {"repetition_penalty": 1.3}, "repetition_penalty",
+                 id="repetition-penalty"),
+    pytest.param({}, {"no_repeat_ngram_size": 3}, "no_repeat_ngram_size", id="no-repeat"),
+    pytest.param({}, {"min_length": 3}, "min_length", id="min-length"),
+    pytest.param({}, {"bad_words_ids": [[3]]}, "bad_words_ids", id="other-bad-words"),
+    pytest.param({}, {"forced_eos_token_id": 4}, "forced_eos_token_id", id="forced-other"),
+    pytest.param({}, {"forced_bos_token_id": 99}, "forced_bos_token_id",
+                 id="forced-bos-outside"),
+    pytest.param({}, {"suppress_tokens": [3]}, "suppress_tokens", id="suppress-tokens"),
+    pytest.param({}, {"encoder_no_repeat_ngram_size": 2}, "encoder_no_repeat_ngram_size",
+                 id="encoder-no-repeat"),
+]
+
+
+@pytest.mark.parametrize("config,generation,key", REFUSED)
+def test_each_config_value_the_sheet_does_not_compute_is_refused_naming_it(
+        tmp_path, config, generation, key):
+    folder = save_tiny_bart(tmp_path / "m", generation=generation, **config)
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", "3,4,5", "--layout", "blocks")
+    assert key in one_line_error(ran)
+
+
+def test_another_model_type_is_refused_naming_it(tmp_path):
+    folder = save_tiny_bart(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mbart"}),
+                                        encoding="utf-8")
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", "3,4,5", "--layout", "blocks")
+    assert "model_type" in one_line_error(ran)
+
+
+def test_more_steps_than_the_model_has_positions_are_refused(tmp_path):
+    folder = save_tiny_bart(tmp_path / "m")
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", "3,4,5", "--decode", "13", "--layout", "blocks")
+    assert "exceed max_position_embeddings 12" in one_line_error(ran)
+
+
+def test_a_tensor_the_sheet_does_not_read_is_refused(tmp_path):
+    """A stray tensor beside the model's (here a fake pooler) is named, not left out."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = save_tiny_bart(tmp_path / "m")
+    weights = load_file(str(folder / "model.safetensors"))
+    weights["model.pooler.weight"] = np.ones((10, 10), dtype=np.float32)
+    save_file(weights, str(folder / "model.safetensors"))
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--layout", "blocks")
+    assert "model.pooler.weight" in one_line_error(ran)
+
+
+def test_text_is_encoded_by_the_checkpoints_tokenizer(tmp_path):
+    """A WordLevel tokenizer.json saved into the folder: --text reaches SRC_IDS as its ids,
+    the source rows are labelled by its tokens, and the sheet still equals the model."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    folder = save_tiny_bart(tmp_path / "m", seed=3)
+    words = ["<s>", "<pad>", "</s>", *(f"w{i}" for i in range(3, VOCAB))]
+    tokenizer = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    text = "w7 w3 w12 w9 w16"
+    ids = [7, 3, 12, 9, 16]
+    assert tokenizer.encode(text).ids == ids
+    memory, logits, chosen = bart_outputs(folder, ids, 3)
+    path = tmp_path / "text.xlsx"
+    book = api.build("transformer", path, checkpoint=folder, text=text, decode=3,
+                     layout="blocks")
+    assert book.params.src_len == len(ids)
+    got = api.read_blocks(book)
+    assert got["SRC_IDS"].iloc[:, 0].astype(int).tolist() == ids
+    assert got["SRC_IDS"].index.tolist() == text.split()
+    assert relative(got["ENC_OUTPUT"].to_numpy(float), memory) < 1e-12
+    assert got["GENERATED"].iloc[:, 0].astype(int).tolist() == chosen
+    for t in range(3):
+        assert relative(got[f"LOGITS_T{t + 1}"].to_numpy(float)[0], logits[t]) < 1e-12
+
+
+def test_a_t5_checkpoint_is_refused_in_one_line_saying_why(tmp_path):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path / "t5"
+    T5ForConditionalGeneration(T5Config(vocab_size=VOCAB, d_model=8, d_kv=4, d_ff=6,
+                                        num_layers=1, num_heads=2)).save_pretrained(folder)
+    line = one_line_error(cli("build", "transformer", "-o", tmp_path / "t.xlsx",
+                              "--checkpoint", folder, "--token-ids", "3,4,5"))
+    assert "T5" in line and "relative position buckets" in line
+    assert not (tmp_path / "t.xlsx").exists()
