@@ -3,19 +3,17 @@ refused in one line (exit 2) by a command running in a process of its own whose 
 space is capped (RLIMIT_AS), so a command that would take gigabytes fails here instead of
 taking the machine down."""
 
-import dataclasses
 import json
 import os
 import resource
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
 import openpyxl
 import pytest
-from helpers.books import ATTENTION, KINDS, build
+from helpers.books import ATTENTION, build, whole_number_flags
 from helpers.cli import PEAK_MEMORY_PROBE
 from helpers.requires import requires_gnumeric, requires_libreoffice
 from openpyxl.workbook.defined_name import DefinedName
@@ -54,15 +52,6 @@ def refused(done: subprocess.CompletedProcess) -> str:
 
 # -- build: sizes decided from the parameters before anything is allocated -------------------
 
-def _size_flags() -> list[tuple[str, str]]:
-    """(kind, flag) of every whole-number parameter of every registered kind."""
-    flags = []
-    for name, kind in sorted(KINDS.items()):
-        for f in dataclasses.fields(kind.Params):
-            allowed = f.type.__args__ if isinstance(f.type, types.UnionType) else (f.type,)
-            if int in allowed:
-                flags.append((name, f.metadata.get("flag", "--" + f.name.replace("_", "-"))))
-    return flags
 
 
 _EVERY_FLAG = """
@@ -82,7 +71,7 @@ def test_every_size_flag_of_every_kind_is_decided_from_the_plan(tmp_path):
     """A billion (and a hundred thousand) of any size: refused in one line, or (a size
     that sets no block, as RoPE's base) built, never a MemoryError. One capped process
     builds them all in turn."""
-    cases = [[kind, flag, value] for kind, flag in _size_flags()
+    cases = [[kind, flag, value] for kind, flag in whole_number_flags()
              for value in (10**9, 10**5)]
     done = subprocess.run([sys.executable, "-c", _EVERY_FLAG, str(tmp_path / "sized.xlsx"),
                            json.dumps(cases)], capture_output=True, text=True,

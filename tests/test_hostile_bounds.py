@@ -5,20 +5,18 @@ with one line on stderr and no traceback, and leaves no file behind nor replaces
 type or beyond reason in every family, a step count no sheet holds, a class folder whose
 manifest points outside it, and a size flag given by hand against a checkpoint's config."""
 
-import dataclasses
 import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.books import KINDS
+from helpers.books import whole_number_flags
 from helpers.numpy_models import (
     BERT_CONFIG,
     D_FF,
@@ -261,15 +259,6 @@ def test_a_trillion_training_steps_through_the_api_names_steps():
         api.build("train", steps=10**12)
 
 
-def int_flags() -> list[tuple[str, str]]:
-    """(kind, flag) of every whole-number parameter of every kind."""
-    flags = []
-    for name, kind in sorted(KINDS.items()):
-        for f in dataclasses.fields(kind.Params):
-            allowed = f.type.__args__ if isinstance(f.type, types.UnionType) else (f.type,)
-            if int in allowed:
-                flags.append((name, f.metadata.get("flag", "--" + f.name.replace("_", "-"))))
-    return flags
 
 
 _EVERY_FLAG = """
@@ -290,7 +279,8 @@ def test_a_trillion_of_any_size_that_sets_cells_is_one_line_naming_its_flag(tmp_
     flag, or built (a size that sets no cell, as a position's base); one capped process
     runs them all within the 60 s one case may take."""
     done = subprocess.run([PRLIMIT, f"--as={ADDRESS_SPACE}", sys.executable, "-c",
-                           _EVERY_FLAG, tmp_path / "sized.xlsx", json.dumps(int_flags())],
+                           _EVERY_FLAG, tmp_path / "sized.xlsx",
+                           json.dumps(whole_number_flags())],
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])

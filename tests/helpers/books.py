@@ -2,6 +2,8 @@
 tmp_path (and checked from the values its build computed), a build request and a workbook in
 memory, a named block's cells and values, and exercises built, answered and self-checked."""
 
+import dataclasses
+import types
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,17 @@ from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
 from workbook_builder.xlsx.of_openpyxl import load_workbook
 
 KINDS = load_kinds()
+
+
+def whole_number_flags() -> list[tuple[str, str]]:
+    """(kind, flag) of every whole-number parameter of every registered kind."""
+    flags = []
+    for name, kind in sorted(KINDS.items()):
+        for f in dataclasses.fields(kind.Params):
+            allowed = f.type.__args__ if isinstance(f.type, types.UnionType) else (f.type,)
+            if int in allowed:
+                flags.append((name, f.metadata.get("flag", "--" + f.name.replace("_", "-"))))
+    return flags
 
 
 ALL_CASES = [(name, i, case) for name, kind in sorted(KINDS.items())
