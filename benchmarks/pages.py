@@ -8,7 +8,7 @@ Fill of a page (`page_fills`): the page rendered in grey at 30 dpi, the share of
 printable height (inside the 0.6 in top and bottom margins, where header and footer print)
 whose pixel rows hold any ink (a pixel darker than 200 of 255). A page of blocks with empty
 bands between them is about 0.7; a third of a page, 0.33. The rule the handouts keep: every
-page but the last at least half full (tests/page_fill.py, shared with the handout tests).
+page but the last at least half full (tests/helpers/page_fill.py, shared with the handout tests).
 """
 
 import argparse
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the fill measured as the handout tests measure it
 
-from page_fill import page_fills  # noqa: E402
+from helpers.page_fill import page_fills  # noqa: E402
 
 HALF = 0.5
 

@@ -224,9 +224,11 @@ def test_no_page_but_the_last_has_fewer_than_5_lines(handouts):
 # that band's rows (linear_favor's 64 features, scaling's width 64), and the next band
 # too tall for what is left of a page would have to be cut through a block that fits a
 # page (additive_bias page 1, train_compare_scale page 2: 0.47; encoder_two_texts page 1,
-# whose next band is the first text's embedding steps: 0.48).
+# whose next band is the first text's embedding steps: 0.48; transformer's 74 pages, three
+# of them 0.42–0.48, each before a band led by a head's attention chart or a decode step's
+# title, neither cut).
 SPARSE_PAGES = {"linear_favor", "scaling", "additive_bias", "train_compare_scale",
-                "encoder_two_texts"}
+                "encoder_two_texts", "transformer"}
 
 
 @requires_libreoffice

@@ -258,23 +258,28 @@ def check_repeats(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> 
         count = getattr(params, name)
         if count <= 2:
             continue
+        # the other repeats at one each: fewer cells than the request's, so a count
+        # refused here is refused at any count of the others, and planning stays cheap
+        others = {other: min(getattr(params, other), 1) for other in kind.repeated_by
+                  if other != name}
         try:
             one, two = (plan_extent(dataclasses.replace(
-                request, params=dataclasses.replace(params, **{name: k}))) for k in (1, 2))
+                request, params=dataclasses.replace(params, **others, **{name: k})))
+                for k in (1, 2))
         except (PlanBeyond, HandTooLarge):
             continue  # one repeat is too large already: the whole plan says which flag
         flag = _flag(fields[name])
         cells = one.cells + (count - 1) * (two.cells - one.cells)
         rows = one.rows + (count - 1) * (two.rows - one.rows)
         if cells > max_cells:
-            raise UserError(f"{kind.name}: the workbook would hold {cells:,} input and "
-                            f"formula cells, more than --max-cells {max_cells:,} ({flag} "
-                            f"{count:,}, each adding {two.cells - one.cells:,}); lower "
-                            f"{flag}, or raise --max-cells")
+            raise UserError(f"{kind.name}: the workbook would hold at least {cells:,} "
+                            f"input and formula cells, more than --max-cells {max_cells:,} "
+                            f"({flag} {count:,}, each adding {two.cells - one.cells:,}); "
+                            f"lower {flag}, or raise --max-cells")
         if rows > EXCEL_ROWS:
-            raise UserError(f"{kind.name}: the sheet would be {rows:,} rows long, more than "
-                            f"Excel's {EXCEL_ROWS:,} ({flag} {count:,}, each adding "
-                            f"{two.rows - one.rows:,}); lower {flag}")
+            raise UserError(f"{kind.name}: the sheet would be at least {rows:,} rows long, "
+                            f"more than Excel's {EXCEL_ROWS:,} ({flag} {count:,}, each "
+                            f"adding {two.rows - one.rows:,}); lower {flag}")
 
 
 def check_labels(labels: list[Any]) -> None:

@@ -313,9 +313,12 @@ class _Placer:
         line = self.line
         right = max(MARGIN, line.left - 2)
         self.units.append(PrintUnit(line.unit_top, line.bottom, right))
+        # the last title may run on over the empty columns to the sheet's right edge so
+        # far: a title over one narrow block would wrap into a row taller than a page's share
+        last_right = max(right, min(self.max_width, self.right))
         titles, self.titles = self.titles, []
         for n, (left, sec) in enumerate(titles):
-            last = max(left, titles[n + 1][0] - 2 if n + 1 < len(titles) else right)
+            last = max(left, titles[n + 1][0] - 2 if n + 1 < len(titles) else last_right)
             self._add("title", "", line.top - 1, left, 1, last - left + 1, item=sec,
                       unit=len(self.units) - 1)
             self._grow(line.top - 1, last)
