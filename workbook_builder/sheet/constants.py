@@ -79,7 +79,9 @@ def add_constant_block(ws: Worksheet, top: int, left: int, values: np.ndarray,
     """Keep `values` as the cells from (top, left) on, each styled as `style` (a cell of
     the same workbook; its style is copied)."""
     values = np.array(values, dtype=float)
-    template = Cell(ws)
+    # the style cell reaches its sheet through a weak proxy: a strong reference from a
+    # value of _BLOCKS would keep its key, the sheet, and every cell of it alive for good
+    template = Cell(weakref.proxy(ws))
     copy_style(style, template)
     block = ConstantBlock(top, left, values,
                           whole_numbers(values) if integers is None else integers, template)
@@ -114,7 +116,9 @@ def add_formula_region(ws: Worksheet, top: int, left: int, bottom: int, right: i
                        style: Cell, cells: list[Cell]) -> FormulaRegion:
     """Keep the rectangle's cells other than `cells` (held by the sheet) out of the sheet,
     each styled as `style` when written (its style is copied)."""
-    template = Cell(ws)
+    # the style cell reaches its sheet through a weak proxy: a strong reference from a
+    # value of _BLOCKS would keep its key, the sheet, and every cell of it alive for good
+    template = Cell(weakref.proxy(ws))
     copy_style(style, template)
     region = FormulaRegion(top, left, bottom, right, template, list(cells))
     _REGIONS.setdefault(ws, []).append(region)
