@@ -21,6 +21,7 @@ from helpers.books import (
 )
 from helpers.cli import cli, one_line_error
 from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
+from helpers.sheets import cells_in
 
 from reference.seq2seq import seq2seq_ref
 from workbook_builder.checking.check import check_workbook
@@ -441,17 +442,6 @@ def test_the_cost_table_counts_the_sheets_products(tmp_path):
     assert table["COST_ATTENTION"][0, 0] == terms(r"UH|WS_T\d+|SCORES_T\d+|CONTEXT_T\d+")
     assert table["COST_STEPS"][0, 0] == 5 + 4
     assert terms(r"ENC_GH_T1") == 0  # h_0 = 0: the first step's recurrent side is its bias
-
-
-def cells_in(ref: str) -> int:
-    """Cells of a reference such as $B5:$D5 or C7."""
-    match = re.fullmatch(r"\$?([A-Z]+)\$?(\d+)(?::\$?([A-Z]+)\$?(\d+))?", ref.strip())
-    assert match, ref
-    c0, r0, c1, r1 = match.groups()
-    if c1 is None:
-        return 1
-    col = openpyxl.utils.column_index_from_string
-    return (abs(int(r1) - int(r0)) + 1) * (abs(col(c1) - col(c0)) + 1)
 
 
 @pytest.mark.parametrize("args,words", [

@@ -210,6 +210,16 @@ def gpt2_forward(folder: Path, ids: list[int]):
     return seen, logits
 
 
+def realistic_gpt2(tmp_path: Path):
+    """A 2-layer GPT-2 of d = 64, 4 heads, vocab 256 and 32 positions, 16 token ids, and
+    what it computes on them (`gpt2_forward`): folder, ids, each block's input and output,
+    logits."""
+    folder = save_tiny_gpt2(tmp_path / "gpt2", n_embd=64, n_head=4, vocab=256,
+                            n_positions=32)
+    ids = list(range(7, 7 + 16 * 13, 13))
+    return folder, ids, *gpt2_forward(folder, ids)
+
+
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "animal", "didn", "'", "t", "cross",
          "street", "because", "it", "was", "too", "tired", "."]
 
