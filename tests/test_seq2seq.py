@@ -19,7 +19,7 @@ from helpers.books import (
     fill,
     self_check,
 )
-from helpers.cli import cli, one_line_error
+from helpers.cli import build_refused, cli, one_line_error
 from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
 from helpers.sheets import cells_in
 
@@ -451,8 +451,7 @@ def test_the_cost_table_counts_the_sheets_products(tmp_path):
     (["--tokens", "a,b|x,y,z", "--src-len", "3"], "2 source and 3 target"),
 ])
 def test_cli_refuses_bad_parameters_in_one_line(tmp_path, args, words):
-    result = cli("build", "seq2seq", "-o", tmp_path / "a.xlsx", *args)
-    assert words in one_line_error(result)
+    assert words in build_refused("seq2seq", tmp_path, *args)
 
 
 def test_cli_builds_a_labelled_translation_and_check_passes(tmp_path):

@@ -1,6 +1,6 @@
 """The command line as the tests run it: in this process (`cli`: `main(argv)`, its exit code
 and what it printed) and as a user runs it, a new process (`run_cli`); a usage error's one
-line."""
+line, and a build refused in one."""
 
 import contextlib
 import io
@@ -88,3 +88,11 @@ def terminate_once(process: subprocess.Popen, seen,
     process.send_signal(signum)
     _, err = process.communicate(timeout=120)
     return process.returncode, err
+
+
+def build_refused(kind: str, tmp_path: Path, *args) -> str:
+    """The one line `build kind … args` prints refusing them; no workbook is left behind."""
+    out = tmp_path / "refused.xlsx"
+    line = one_line_error(cli("build", kind, "-o", out, *args))
+    assert not out.exists()
+    return line
