@@ -58,6 +58,7 @@ def test_reference_equals_bert_model_and_its_pooling(pooling):
     its pooling (mean, CLS, max), EMBEDDING its normalised vector, SIMILARITY their cosine:
     float64, to 1e-12 relative."""
     import torch
+    from helpers.models import perturb_biases_and_norms
     from transformers import BertConfig, BertModel
 
     config = BertConfig(vocab_size=13, hidden_size=6, num_hidden_layers=3,
@@ -65,10 +66,7 @@ def test_reference_equals_bert_model_and_its_pooling(pooling):
                         max_position_embeddings=8, hidden_act="gelu", layer_norm_eps=1e-12)
     torch.manual_seed(3)
     model = BertModel(config).double().eval()
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                value.add_(0.3 * torch.randn_like(value))
+    perturb_biases_and_norms(model, "LayerNorm")
     params = make_params(api.get_kind("encoder"),
                          {"seq_len": len(IDS), "d_model": 6, "heads": 3, "d_ff": 10,
                           "layers": 3, "vocab": 13, "pooling": pooling, "normalize": True,

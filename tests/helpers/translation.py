@@ -11,6 +11,7 @@ import pytest
 
 from helpers.books import evaluated_blocks
 from helpers.cli import cli, one_line_error
+from helpers.models import perturb_biases_and_norms
 from helpers.requires import requires_gnumeric, requires_libreoffice
 from workbook_builder import api
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
@@ -29,10 +30,8 @@ def save_perturbed(model, folder: Path, generation: dict | None, norms: str) -> 
     `generation` keys are written into its generation_config.json."""
     import torch
 
+    perturb_biases_and_norms(model, norms)
     with torch.no_grad():
-        for name, tensor in model.named_parameters():
-            if name.endswith("bias") or norms in name:
-                tensor.add_(0.3 * torch.randn_like(tensor))
         model.final_logits_bias.normal_(0, 0.3)
     model.save_pretrained(folder)
     if generation:
