@@ -14,6 +14,7 @@ eps = params.ln_eps (PyTorch 1e-5, BERT 1e-12); act = ReLU or GELU, in its tanh 
 """
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,59 +44,83 @@ def layer_norm_steps(r: np.ndarray, gamma: np.ndarray, beta: np.ndarray, prefix:
             out_name: out}
 
 
-def encoder_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
-    heads = params.heads
+def attention_steps(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int,
+                    allowed: np.ndarray, prefix: str = "") -> dict[str, np.ndarray]:
+    """Heads of softmax(Q_h·K_hᵀ/√d_k)·V_h over the `allowed` entries: the steps prefix +
+    SCORES_Hh … HEAD_Hh and prefix + CONCAT."""
+    d_k = q.shape[1] // heads
+    steps, outputs = {}, []
+    for i in range(heads):
+        cols, sfx = slice(i * d_k, (i + 1) * d_k), f"_H{i + 1}"  # head i: contiguous columns
+        scores = q[:, cols] @ k[:, cols].T
+        steps[f"{prefix}SCORES{sfx}"] = scores
+        steps[f"{prefix}SCALED{sfx}"] = scores / np.sqrt(d_k)
+        for name, block in masked_softmax_steps(steps[f"{prefix}SCALED{sfx}"],
+                                                allowed).items():
+            steps[f"{prefix}{name}{sfx}"] = block
+        outputs.append(steps[f"{prefix}WEIGHTS{sfx}"] @ v[:, cols])
+        steps[f"{prefix}HEAD{sfx}"] = outputs[-1]
+    steps[f"{prefix}CONCAT"] = np.concatenate(outputs, axis=1)
+    return steps
+
+
+def norm_into(steps: dict, r: np.ndarray, w: dict[str, np.ndarray], ln: str, out: str,
+              eps: float) -> np.ndarray:
+    """LayerNorm `ln` of r (weights w[ln_GAMMA], w[ln_BETA]), its steps added to `steps`."""
+    steps.update(layer_norm_steps(r, w[f"{ln}_GAMMA"], w[f"{ln}_BETA"], ln, out, eps))
+    return steps[out]
+
+
+def self_attention_into(steps: dict, h: np.ndarray, w: dict[str, np.ndarray], heads: int,
+                        allowed: np.ndarray) -> np.ndarray:
+    """MHA(h) over the `allowed` entries, its steps Q, K, V … ATTN added to `steps`."""
+    q, k, v = (h @ w[f"W_{m}"] + w[f"B_{m}"] for m in "QKV")
+    steps.update({"Q": q, "K": k, "V": v})
+    steps.update(attention_steps(q, k, v, heads, allowed))
+    steps["ATTN"] = steps["CONCAT"] @ w["W_O"] + w["B_O"]
+    return steps["ATTN"]
+
+
+def feed_forward_into(steps: dict, h: np.ndarray, w: dict[str, np.ndarray],
+                      act: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """FFN(h) = act(h·W_1 + B_1)·W_2 + B_2, its steps added to `steps`."""
+    steps["FFN_HIDDEN"] = h @ w["W_1"] + w["B_1"]
+    steps["FFN_ACT"] = act(steps["FFN_HIDDEN"])
+    steps["FFN_OUT"] = steps["FFN_ACT"] @ w["W_2"] + w["B_2"]
+    return steps["FFN_OUT"]
+
+
+def encoder_layer_steps(x: np.ndarray, w: dict[str, np.ndarray], heads: int,
+                        act: Callable[[np.ndarray], np.ndarray], eps: float,
+                        pre_ln: bool) -> dict[str, np.ndarray]:
+    """Every step of one encoder layer on x, weights `w` by their plain names."""
     steps: dict[str, np.ndarray] = {}
+    everywhere = np.ones((len(x), len(x)), bool)
+    if pre_ln:
+        steps["RESID_1"] = x + self_attention_into(
+            steps, norm_into(steps, x, w, "LN1", "LN1_OUT", eps), w, heads, everywhere)
+        steps["OUTPUT"] = steps["RESID_1"] + feed_forward_into(
+            steps, norm_into(steps, steps["RESID_1"], w, "LN2", "LN2_OUT", eps), w, act)
+    else:
+        steps["RESID_1"] = x + self_attention_into(steps, x, w, heads, everywhere)
+        h1 = norm_into(steps, steps["RESID_1"], w, "LN1", "LN1_OUT", eps)
+        steps["RESID_2"] = h1 + feed_forward_into(steps, h1, w, act)
+        norm_into(steps, steps["RESID_2"], w, "LN2", "OUTPUT", eps)
+    return steps
 
-    def mha(h: np.ndarray) -> np.ndarray:
-        q = h @ inputs["W_Q"] + inputs["B_Q"]
-        k = h @ inputs["W_K"] + inputs["B_K"]
-        v = h @ inputs["W_V"] + inputs["B_V"]
-        steps.update({"Q": q, "K": k, "V": v})
-        outputs = []
-        for i in range(heads):
-            cols = slice(i * d_k, (i + 1) * d_k)    # head i: contiguous column slice
-            sfx = f"_H{i + 1}"
-            scores = q[:, cols] @ k[:, cols].T
-            scaled = scores / np.sqrt(d_k)
-            steps["SCORES" + sfx], steps["SCALED" + sfx] = scores, scaled
-            for name, block in masked_softmax_steps(scaled, np.ones((n, n), bool)).items():
-                steps[name + sfx] = block
-            outputs.append(steps["WEIGHTS" + sfx] @ v[:, cols])
-            steps["HEAD" + sfx] = outputs[-1]
-        steps["CONCAT"] = np.concatenate(outputs, axis=1)
-        steps["ATTN"] = steps["CONCAT"] @ inputs["W_O"] + inputs["B_O"]
-        return steps["ATTN"]
 
-    def ffn(h: np.ndarray) -> np.ndarray:
-        hidden = h @ inputs["W_1"] + inputs["B_1"]
-        if params.activation == "gelu":
-            act = gelu_exact(hidden) if params.gelu == "exact" else gelu_tanh(hidden)
-        else:
-            act = np.maximum(hidden, 0.0)
-        steps.update({"FFN_HIDDEN": hidden, "FFN_ACT": act})
-        steps["FFN_OUT"] = act @ inputs["W_2"] + inputs["B_2"]
-        return steps["FFN_OUT"]
-
-    def norm(r: np.ndarray, which: str, out_name: str) -> np.ndarray:
-        steps.update(layer_norm_steps(r, inputs[f"{which}_GAMMA"], inputs[f"{which}_BETA"],
-                                      which, out_name, params.ln_eps))
-        return steps[out_name]
-
+def encoder_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
+    steps: dict[str, np.ndarray] = {}
     if params.embeddings:  # X = LN_EMB(WORD_EMB + POS_EMB + TYPE_EMB)
         steps["EMB_SUM"] = inputs["WORD_EMB"] + inputs["POS_EMB"] + inputs["TYPE_EMB"]
-        x = norm(steps["EMB_SUM"], "EMB", "X")
+        x = norm_into(steps, steps["EMB_SUM"], inputs, "EMB", "X", params.ln_eps)
     else:
         x = inputs["X"]
-    n, d = x.shape
-    d_k = d // heads
-
-    if params.pre_ln:
-        steps["RESID_1"] = x + mha(norm(x, "LN1", "LN1_OUT"))
-        steps["OUTPUT"] = steps["RESID_1"] + ffn(norm(steps["RESID_1"], "LN2", "LN2_OUT"))
+    if params.activation == "gelu":
+        act = gelu_exact if params.gelu == "exact" else gelu_tanh
     else:
-        steps["RESID_1"] = x + mha(x)
-        h1 = norm(steps["RESID_1"], "LN1", "LN1_OUT")
-        steps["RESID_2"] = h1 + ffn(h1)
-        norm(steps["RESID_2"], "LN2", "OUTPUT")
+        def act(hidden):
+            return np.maximum(hidden, 0.0)
+    steps.update(encoder_layer_steps(x, inputs, params.heads, act, params.ln_eps,
+                                     params.pre_ln))
     return steps

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from reference.llama_block import grouped_heads
 from reference.multihead import multihead_ref
 from reference.softmax import masked_softmax_steps
 
@@ -34,9 +35,7 @@ def cache_per_token(layers: int, heads: int, groups: int, d_k: int) -> list[int]
 def kv_cache_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     x = inputs["X"]
     n, d = x.shape
-    heads = params.heads
-    groups = params.kv_heads or heads
-    d_k = d // heads
+    heads, groups, d_k = grouped_heads(x, params)
     w = {m: (inputs[f"W_{m}"], inputs.get(f"B_{m}", 0.0)) for m in "QKV"}
     steps: dict[str, np.ndarray] = {}
     k_cache = np.zeros((0, groups * d_k))

@@ -44,6 +44,11 @@ def rotate_heads(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, d_k: int) -> n
     return out
 
 
+def grouped_heads(x: np.ndarray, params) -> tuple[int, int, int]:
+    """H query heads, G key/value heads (kv_heads; none given: H) and their width d/H."""
+    return params.heads, params.kv_heads or params.heads, x.shape[1] // params.heads
+
+
 def _bias(inputs: dict[str, np.ndarray], name: str, present: bool):
     """The bias row `name` when the layer has it, else nothing added (0.0)."""
     return inputs[name] if present else 0.0
@@ -51,10 +56,8 @@ def _bias(inputs: dict[str, np.ndarray], name: str, present: bool):
 
 def llama_block_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     x = inputs["X"]
-    n, d = x.shape
-    heads = params.heads
-    groups = params.kv_heads or heads
-    d_k = d // heads
+    n = len(x)
+    heads, groups, d_k = grouped_heads(x, params)
     steps = rms_norm_steps(x, inputs["RMS1_WEIGHT"], "RMS1", params.rms_eps)
     h = steps["RMS1_OUT"]
     q, k, v = (h @ inputs[f"W_{m}"] + _bias(inputs, f"B_{m}", params.qkv_bias) for m in "QKV")

@@ -34,9 +34,17 @@ SiLU; c = √d (1 with no_scale).
 import numpy as np
 
 from reference.cost import cost_blocks, lengths
-from reference.encoder_block import gelu_exact, layer_norm_steps
+from reference.encoder_block import (
+    attention_steps,
+    encoder_layer_steps,
+    feed_forward_into,
+    gelu_exact,
+    layer_norm_steps,
+    norm_into,
+    self_attention_into,
+)
 from reference.positional import sinusoidal_angles, sinusoidal_pe
-from reference.softmax import causal_allowed, masked_softmax_steps
+from reference.softmax import causal_allowed
 
 
 def activation(x: np.ndarray, kind: str) -> np.ndarray:
@@ -48,75 +56,17 @@ def activation(x: np.ndarray, kind: str) -> np.ndarray:
     return np.maximum(x, 0.0)
 
 
-def attention_steps(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int,
-                    allowed: np.ndarray, prefix: str = "") -> dict[str, np.ndarray]:
-    """Heads of softmax(Q_h·K_hᵀ/√d_k)·V_h over the `allowed` entries: the steps prefix +
-    SCORES_Hh … HEAD_Hh and prefix + CONCAT."""
-    d_k = q.shape[1] // heads
-    steps, outputs = {}, []
-    for i in range(heads):
-        cols, sfx = slice(i * d_k, (i + 1) * d_k), f"_H{i + 1}"
-        scores = q[:, cols] @ k[:, cols].T
-        steps[f"{prefix}SCORES{sfx}"] = scores
-        steps[f"{prefix}SCALED{sfx}"] = scores / np.sqrt(d_k)
-        for name, block in masked_softmax_steps(steps[f"{prefix}SCALED{sfx}"],
-                                                allowed).items():
-            steps[f"{prefix}{name}{sfx}"] = block
-        outputs.append(steps[f"{prefix}WEIGHTS{sfx}"] @ v[:, cols])
-        steps[f"{prefix}HEAD{sfx}"] = outputs[-1]
-    steps[f"{prefix}CONCAT"] = np.concatenate(outputs, axis=1)
-    return steps
-
-
-def encoder_layer(x: np.ndarray, w: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
-    """Every step of one encoder layer on x, weights `w` by their plain names."""
-    eps, steps = params.ln_eps, {}
-
-    def norm(r, ln, out):
-        steps.update(layer_norm_steps(r, w[f"{ln}_GAMMA"], w[f"{ln}_BETA"], ln, out, eps))
-        return steps[out]
-
-    def mha(h):
-        q, k, v = (h @ w[f"W_{m}"] + w[f"B_{m}"] for m in "QKV")
-        steps.update({"Q": q, "K": k, "V": v})
-        steps.update(attention_steps(q, k, v, params.heads,
-                                     np.ones((len(h), len(h)), bool)))
-        steps["ATTN"] = steps["CONCAT"] @ w["W_O"] + w["B_O"]
-        return steps["ATTN"]
-
-    def ffn(h):
-        steps["FFN_HIDDEN"] = h @ w["W_1"] + w["B_1"]
-        steps["FFN_ACT"] = activation(steps["FFN_HIDDEN"], params.activation)
-        steps["FFN_OUT"] = steps["FFN_ACT"] @ w["W_2"] + w["B_2"]
-        return steps["FFN_OUT"]
-
-    if params.pre_ln:
-        steps["RESID_1"] = x + mha(norm(x, "LN1", "LN1_OUT"))
-        steps["OUTPUT"] = steps["RESID_1"] + ffn(norm(steps["RESID_1"], "LN2", "LN2_OUT"))
-    else:
-        steps["RESID_1"] = x + mha(x)
-        h1 = norm(steps["RESID_1"], "LN1", "LN1_OUT")
-        steps["RESID_2"] = h1 + ffn(h1)
-        norm(steps["RESID_2"], "LN2", "OUTPUT")
-    return steps
-
-
 def decoder_layer(x: np.ndarray, w: dict[str, np.ndarray], cross_k: np.ndarray,
                   cross_v: np.ndarray, params) -> dict[str, np.ndarray]:
     """Every step of one decoder layer on the prefix rows x, the encoder's keys and values
     of this layer given."""
     eps, steps, t = params.ln_eps, {}, len(x)
 
-    def norm(r, ln, out):
-        steps.update(layer_norm_steps(r, w[f"{ln}_GAMMA"], w[f"{ln}_BETA"], ln, out, eps))
-        return steps[out]
+    def act(h):
+        return activation(h, params.activation)
 
     def self_attention(h):
-        q, k, v = (h @ w[f"W_{m}"] + w[f"B_{m}"] for m in "QKV")
-        steps.update({"Q": q, "K": k, "V": v})
-        steps.update(attention_steps(q, k, v, params.heads, causal_allowed(t, t)))
-        steps["ATTN"] = steps["CONCAT"] @ w["W_O"] + w["B_O"]
-        return steps["ATTN"]
+        return self_attention_into(steps, h, w, params.heads, causal_allowed(t, t))
 
     def cross_attention(h):
         steps["CROSS_Q"] = h @ w["CROSS_W_Q"] + w["CROSS_B_Q"]
@@ -125,24 +75,19 @@ def decoder_layer(x: np.ndarray, w: dict[str, np.ndarray], cross_k: np.ndarray,
         steps["CROSS_ATTN"] = steps["CROSS_CONCAT"] @ w["CROSS_W_O"] + w["CROSS_B_O"]
         return steps["CROSS_ATTN"]
 
-    def ffn(h):
-        steps["FFN_HIDDEN"] = h @ w["W_1"] + w["B_1"]
-        steps["FFN_ACT"] = activation(steps["FFN_HIDDEN"], params.activation)
-        steps["FFN_OUT"] = steps["FFN_ACT"] @ w["W_2"] + w["B_2"]
-        return steps["FFN_OUT"]
-
     if params.pre_ln:
-        steps["RESID_1"] = x + self_attention(norm(x, "LN1", "LN1_OUT"))
+        steps["RESID_1"] = x + self_attention(norm_into(steps, x, w, "LN1", "LN1_OUT", eps))
         steps["RESID_2"] = steps["RESID_1"] + cross_attention(
-            norm(steps["RESID_1"], "LN2", "LN2_OUT"))
-        steps["OUTPUT"] = steps["RESID_2"] + ffn(norm(steps["RESID_2"], "LN3", "LN3_OUT"))
+            norm_into(steps, steps["RESID_1"], w, "LN2", "LN2_OUT", eps))
+        steps["OUTPUT"] = steps["RESID_2"] + feed_forward_into(
+            steps, norm_into(steps, steps["RESID_2"], w, "LN3", "LN3_OUT", eps), w, act)
     else:
         steps["RESID_1"] = x + self_attention(x)
-        h1 = norm(steps["RESID_1"], "LN1", "LN1_OUT")
+        h1 = norm_into(steps, steps["RESID_1"], w, "LN1", "LN1_OUT", eps)
         steps["RESID_2"] = h1 + cross_attention(h1)
-        h2 = norm(steps["RESID_2"], "LN2", "LN2_OUT")
-        steps["RESID_3"] = h2 + ffn(h2)
-        norm(steps["RESID_3"], "LN3", "OUTPUT")
+        h2 = norm_into(steps, steps["RESID_2"], w, "LN2", "LN2_OUT", eps)
+        steps["RESID_3"] = h2 + feed_forward_into(steps, h2, w, act)
+        norm_into(steps, steps["RESID_3"], w, "LN3", "OUTPUT", eps)
     return steps
 
 
@@ -192,7 +137,9 @@ def transformer_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarr
         x = steps["ENC_X_LN"]
     for layer in range(1, params.layers + 1):
         sfx = f"_E{layer}"
-        made = encoder_layer(x, _layer_weights(inputs, sfx), params)
+        made = encoder_layer_steps(x, _layer_weights(inputs, sfx), params.heads,
+                                   lambda h: activation(h, params.activation),
+                                   params.ln_eps, params.pre_ln)
         steps.update({name + sfx: value for name, value in made.items()})
         x = made["OUTPUT"]
     if params.pre_ln:

@@ -16,13 +16,13 @@ blocks _L1, _L2, … whose formulas read their own layer's blocks (`scoped_secti
 from reference.decoder_block import decoder_block_ref
 from sheets._blocks import layers
 from sheets._blocks.attention import X
-from workbook_builder.sheet import Kind, section
+from workbook_builder.sheet import section
 
 DecoderBlockParams = layers.Gpt2BlockParams
 WEIGHTS = layers.gpt2_block_inputs()
 
 
-class DecoderBlock(Kind):
+class DecoderBlock(layers.LayerNormKind):
     name = "decoder-block"
     summary = "a GPT-2 block: LN, causal MHA with biases, residual, LN, tanh-GELU MLP, residual"
     sheet_title = "DecoderBlock"
@@ -36,12 +36,6 @@ class DecoderBlock(Kind):
          "layer_number": 3},
     ]
     demo_cases = [("decoder_block", {"seq_len": 4, "d_model": 4, "heads": 2, "d_ff": 8})]
-
-    @classmethod
-    def random_input(cls, name, shape, params, rng):
-        if "_GAMMA" in name:
-            return layers.gamma_near_one(shape, rng)
-        return super().random_input(name, shape, params, rng)
 
     @classmethod
     def validate(cls, p):

@@ -22,9 +22,9 @@ from sheets._blocks.costs import Cost, cost_section
 from sheets._blocks.embedding import ids_from_0, token_ids_input, token_lookup
 from sheets._blocks.ffn import ACTIVATIONS, GELU_FORMS
 from sheets._blocks.layers import (
+    LayerNormKind,
     encoder_layer_inputs,
     encoder_layer_sections,
-    gamma_near_one,
     scoped_sections,
 )
 from sheets._blocks.norms import layer_norm, layer_norm_inputs
@@ -34,7 +34,6 @@ from workbook_builder.sheet import (
     Cell,
     Custom,
     Input,
-    Kind,
     Map,
     Reduce,
     Rows,
@@ -251,7 +250,7 @@ COSTS = [
 ]
 
 
-class Encoder(Kind):
+class Encoder(LayerNormKind):
     name = "encoder"
     summary = ("a whole BERT-family sentence encoder: token ids, embeddings, L layers, "
                "pooling, the embedding; two texts' similarity")
@@ -297,12 +296,6 @@ class Encoder(Kind):
         if p.pooling == "none" and (p.normalize or p.seq_len2 is not None):
             raise UserError("--normalize and a second text need a pooled embedding: "
                             "--pooling none leaves the last hidden state as the answer")
-
-    @classmethod
-    def random_input(cls, name, shape, params, rng):
-        if name.endswith("_GAMMA") or "_GAMMA_" in name:  # LayerNorm scales near 1
-            return gamma_near_one(shape, rng)
-        return super().random_input(name, shape, params, rng)
 
     @classmethod
     def resolve_tokens(cls, values, tokens):

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from reference.encoder_block import encoder_block_ref
 from sheets._blocks.attention import X
 from sheets._blocks.ffn import ACTIVATIONS, GELU_FORMS
-from sheets._blocks.layers import encoder_layer_inputs, encoder_layer_sections, gamma_near_one
+from sheets._blocks.layers import LayerNormKind, encoder_layer_inputs, encoder_layer_sections
 from sheets._blocks.norms import layer_norm_inputs, layer_norm_section
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Input, Kind, Map, Step, section
+from workbook_builder.sheet import Input, Map, Step, section
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def embedding_sections(eps: float) -> list:
             layer_norm_section("EMB", "EMB_SUM", "X", eps, *EMB_NORM)]
 
 
-class EncoderBlock(Kind):
+class EncoderBlock(LayerNormKind):
     name = "encoder-block"
     summary = "a whole Transformer encoder layer: MHA, residual, LayerNorm, FFN (--pre-ln)"
     sheet_title = "EncoderBlock"
@@ -111,12 +111,6 @@ class EncoderBlock(Kind):
             raise UserError("--gelu exact needs --activation gelu")
         if not 0 < p.ln_eps < 1:
             raise UserError(f"--ln-eps must be a small positive number, got {p.ln_eps}")
-
-    @classmethod
-    def random_input(cls, name, shape, params, rng):
-        if name.endswith("_GAMMA"):  # LayerNorm scales near 1, as after training
-            return gamma_near_one(shape, rng)
-        return super().random_input(name, shape, params, rng)
 
     @classmethod
     def sections(cls, p):

@@ -18,8 +18,8 @@ from sheets._blocks.attention import CAUSAL_MASK
 from sheets._blocks.embedding import ids_from_0, token_ids_input, token_lookup
 from sheets._blocks.layers import (
     Gpt2BlockParams,
+    LayerNormKind,
     check_gpt2_sizes,
-    gamma_near_one,
     gpt2_block_inputs,
     gpt2_block_sections,
     scoped_sections,
@@ -27,7 +27,7 @@ from sheets._blocks.layers import (
 from sheets._blocks.norms import layer_norm_inputs, layer_norm_section
 from sheets._blocks.softmax import softmax_band
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import Cell, Custom, Input, Kind, Map, MatMul, Step, section
+from workbook_builder.sheet import Cell, Custom, Input, Map, MatMul, Step, section
 
 # GPT-2 XL has 48 blocks; the inputs of every possible block are declared once
 MAX_LAYERS = 48
@@ -73,7 +73,7 @@ def next_token_steps() -> list[Step]:
                          "follows.", row_labels=["next"], col_labels=["id"], number_format="0")]
 
 
-class Gpt(Kind):
+class Gpt(LayerNormKind):
     name = "gpt"
     summary = "a whole GPT: token ids, embeddings, L decoder blocks, logits, the next token"
     sheet_title = "GPT"
@@ -98,12 +98,6 @@ class Gpt(Kind):
         if p.layer_number != 1:
             raise UserError("--layer-number is decoder-block's: gpt's blocks are numbered "
                             "1 … --layers")
-
-    @classmethod
-    def random_input(cls, name, shape, params, rng):
-        if "_GAMMA" in name:
-            return gamma_near_one(shape, rng)
-        return super().random_input(name, shape, params, rng)
 
     @classmethod
     def sections(cls, p):

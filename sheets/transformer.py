@@ -30,11 +30,11 @@ from sheets._blocks.attention import QUERY_KEY
 from sheets._blocks.costs import Cost, cost_section
 from sheets._blocks.embedding import ids_from_0, token_ids_input, token_lookup
 from sheets._blocks.layers import (
+    LayerNormKind,
     decoder_layer_inputs,
     decoder_layer_sections,
     encoder_layer_inputs,
     encoder_layer_sections,
-    gamma_near_one,
     scoped_sections,
 )
 from sheets._blocks.norms import layer_norm, layer_norm_inputs, layer_norm_section
@@ -46,7 +46,6 @@ from workbook_builder.sheet import (
     Custom,
     Example,
     Input,
-    Kind,
     Map,
     MatMul,
     Step,
@@ -413,7 +412,7 @@ COSTS = [
 ]
 
 
-class Transformer(Kind):
+class Transformer(LayerNormKind):
     name = "transformer"
     summary = ("the whole encoder-decoder Transformer: N encoder and M decoder layers, "
                "greedy decoding step by step")
@@ -478,12 +477,6 @@ class Transformer(Kind):
                 raise UserError(f"{flag} must be a token id 0 … {p.vocab - 1}, got {value}")
         if not 0 < p.ln_eps < 1:
             raise UserError(f"--ln-eps must be a small positive number, got {p.ln_eps}")
-
-    @classmethod
-    def random_input(cls, name, shape, params, rng):
-        if "_GAMMA" in name:
-            return gamma_near_one(shape, rng)
-        return super().random_input(name, shape, params, rng)
 
     @classmethod
     def sequence_length(cls, params) -> int:

@@ -5,7 +5,7 @@ tutorial's BahdanauAttention (with biases) and against the paper's sum written a
 import numpy as np
 import pytest
 from helpers.books import build
-from helpers.cli import cli, one_line_error
+from helpers.cli import build_refused, cli, one_line_error
 from helpers.requires import requires_torch
 from helpers.sheets import assert_steps_are_formulas
 
@@ -118,8 +118,7 @@ def test_cli_builds_a_translation_example_and_check_passes(tmp_path):
     (["--d-att", "0"], "positive"),
 ])
 def test_cli_refuses_bad_input(tmp_path, args, words):
-    result = cli("build", "additive", "-o", tmp_path / "a.xlsx", *args)
-    assert words in one_line_error(result)
+    assert words in build_refused("additive", tmp_path, *args)
 
 
 def test_cli_refuses_inputs_of_the_wrong_shape(tmp_path):

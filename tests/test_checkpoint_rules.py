@@ -48,15 +48,13 @@ def save_encoder(folder: Path, model_type: str, **config) -> Path:
     """A seeded random model of `model_type` (vocabulary 20), LayerNorms and biases moved
     off their initial 1 and 0, saved with save_pretrained."""
     import torch
+    from helpers.models import perturb_biases_and_norms
     from transformers import AutoConfig, AutoModel
 
     torch.manual_seed(0)
     model = AutoModel.from_config(AutoConfig.for_model(model_type, vocab_size=20,
                                                        **SIZES[model_type], **config))
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
-                value.add_(0.3 * torch.randn_like(value))
+    perturb_biases_and_norms(model, "LayerNorm", "layer_norm")
     model.save_pretrained(folder)
     return folder
 

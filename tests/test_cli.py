@@ -12,7 +12,7 @@ import zipfile
 import openpyxl
 import pytest
 from helpers.books import build
-from helpers.cli import cli, one_line_error, run_cli
+from helpers.cli import BUILD_ATTENTION, cli, one_line_error, refused_writing_nothing, run_cli
 
 import workbook_builder.api
 import workbook_builder.demo
@@ -71,22 +71,22 @@ def test_check_reports_a_mismatch_with_exit_1_and_names_the_step(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["build", "nosuchkind", "-o", "{tmp}/a.xlsx"], "invalid choice: 'nosuchkind'"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--seq-len", "0"], "--seq-len must be"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--d-k", "-2"], "--d-k must be"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--seq-len", "x"], "invalid int value"),
+    ([*BUILD_ATTENTION, "--seq-len", "0"], "--seq-len must be"),
+    ([*BUILD_ATTENTION, "--d-k", "-2"], "--d-k must be"),
+    ([*BUILD_ATTENTION, "--seq-len", "x"], "invalid int value"),
     (["build", "multihead", "-o", "{tmp}/a.xlsx", "--d-model", "5", "--heads", "2"],
      "--heads 2 does not divide --d-model 5"),
     (["build", "multihead", "-o", "{tmp}/a.xlsx", "--heads", "4", "--kv-heads", "3"],
      "--kv-heads 3 does not divide --heads 4"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/bad_shape.json"],
+    ([*BUILD_ATTENTION, "--inputs", "{tmp}/bad_shape.json"],
      "inputs disagree on d_model: X gives 2, W_Q gives 3"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/not.json"],
+    ([*BUILD_ATTENTION, "--inputs", "{tmp}/not.json"],
      "not a readable JSON file"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/missing.json"],
+    ([*BUILD_ATTENTION, "--inputs", "{tmp}/missing.json"],
      "no such inputs file"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--inputs", "{tmp}/text.json"],
+    ([*BUILD_ATTENTION, "--inputs", "{tmp}/text.json"],
      "not a number"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--tokens", "a,b", "--seq-len", "4"],
+    ([*BUILD_ATTENTION, "--tokens", "a,b", "--seq-len", "4"],
      "--tokens gives 2 labels but the sequence has 4"),
     (["build", "attention", "-o", "{tmp}/nofolder/a.xlsx"], "no such folder"),
     (["build", "attention", "-o", "{tmp}/a.csv"], "must end in .xlsx"),
@@ -106,10 +106,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle)
     wb = openpyxl.load_workbook(nameless)
     del wb.defined_names["SCALED"]
     wb.save(nameless)
-    before = sorted(p.name for p in tmp_path.iterdir())
-    result = cli(*[a.format(tmp=tmp_path) for a in args])
-    assert needle in one_line_error(result)
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert needle in refused_writing_nothing(tmp_path, args)
 
 
 def test_existing_output_is_kept_unless_force(tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 import openpyxl
 import pytest
 from helpers.books import KINDS, build
+from helpers.sheets import cells_in
 
 from workbook_builder.engines.formulas_engine import evaluate_with_formulas
 from workbook_builder.sheet.names import find_name
@@ -30,20 +31,6 @@ EDGES = [
                         "global_tokens": "3"}),
     ("ssm", {"seq_len": 1, "d_model": 3, "d_state": 2, "gate": True}),
 ]
-
-_REF = re.compile(r"\$?([A-Z]+)\$?(\d+)(?::\$?([A-Z]+)\$?(\d+))?$")
-
-
-def cells_in(ref: str) -> int:
-    """Cells of a reference such as $B5:$D5 or F$5:F$9 or C7."""
-    match = _REF.match(ref.strip())
-    assert match, ref
-    c0, r0, c1, r1 = match.groups()
-    if c1 is None:
-        return 1
-    col = openpyxl.utils.column_index_from_string
-    return (abs(int(r1) - int(r0)) + 1) * (abs(col(c1) - col(c0)) + 1)
-
 
 def products(formula: str) -> int:
     """Multiplications a cell formula does: one per term of each SUMPRODUCT or MMULT

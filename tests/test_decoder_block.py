@@ -9,7 +9,13 @@ import shutil
 import pytest
 from helpers.books import evaluated_blocks
 from helpers.cli import cli, one_line_error
-from helpers.models import assert_close, engine_values, gpt2_forward, save_tiny_gpt2
+from helpers.models import (
+    assert_close,
+    engine_values,
+    gpt2_forward,
+    realistic_gpt2,
+    save_tiny_gpt2,
+)
 from helpers.requires import requires_transformers
 
 from workbook_builder import api
@@ -50,10 +56,7 @@ def test_decoder_block_equals_gpt2_block(tiny_gpt2, tmp_path, layer, layout):
 @requires_transformers
 def test_decoder_block_at_a_realistic_size(tmp_path):
     """d = 64, 4 heads, 16 tokens, vocab 256: layer 1 of a 2-layer GPT-2, blocks layout."""
-    folder = save_tiny_gpt2(tmp_path / "gpt2", n_embd=64, n_head=4, vocab=256,
-                            n_positions=32)
-    ids = list(range(7, 7 + 16 * 13, 13))
-    blocks, _ = gpt2_forward(folder, ids)
+    folder, ids, blocks, _ = realistic_gpt2(tmp_path)
     path = tmp_path / "real.xlsx"
     book = api.build("decoder-block", path, checkpoint=folder, layer=1, token_ids=ids,
                      layout="blocks")

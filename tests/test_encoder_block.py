@@ -5,9 +5,9 @@ the command line."""
 import math
 
 import numpy as np
-import openpyxl
 import pytest
-from helpers.cli import cli, one_line_error
+from helpers.books import formula_book
+from helpers.cli import build_refused
 from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
 from openpyxl.worksheet.formula import ArrayFormula
 
@@ -91,15 +91,10 @@ def erf_book(tmp_path_factory):
     """ERF of each argument in column A (in B), the exact GELU of it (in C), and the GELU
     of the whole column as one array formula (in D), as the blocks layout writes it."""
     path = tmp_path_factory.mktemp("erf") / "erf.xlsx"
-    wb = openpyxl.Workbook()
-    ws = wb.active
-    ws.title = "ERF"
-    for row, x in enumerate(ERF_ARGUMENTS, start=1):
-        ws.cell(row, 1, x)
-        ws.cell(row, 2, f"=ERF(A{row})")
-        ws.cell(row, 3, f"=0.5*A{row}*(1+ERF(A{row}/SQRT(2)))")
+    wb = formula_book("ERF", ERF_ARGUMENTS, lambda row: f"=ERF(A{row})",
+                      lambda row: f"=0.5*A{row}*(1+ERF(A{row}/SQRT(2)))")
     last = len(ERF_ARGUMENTS)
-    ws["D1"] = ArrayFormula(f"D1:D{last}", f"=0.5*A1:A{last}*(1+ERF(A1:A{last}/SQRT(2)))")
+    wb.active["D1"] = ArrayFormula(f"D1:D{last}", f"=0.5*A1:A{last}*(1+ERF(A1:A{last}/SQRT(2)))")
     wb.save(path)
     return path
 
@@ -141,5 +136,4 @@ def test_post_and_pre_ln_differ():
     (["--ln-eps", "tiny"], "invalid float value"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
-    result = cli("build", "encoder-block", "-o", tmp_path / "x.xlsx", *args)
-    assert message in one_line_error(result)
+    assert message in build_refused("encoder-block", tmp_path, *args)

@@ -8,7 +8,7 @@ import openpyxl
 import pytest
 from helpers.books import evaluated_blocks
 from helpers.cli import cli, one_line_error
-from helpers.models import assert_close, engine_values, gpt2_forward, save_tiny_gpt2
+from helpers.models import assert_close, engine_values, gpt2_forward, realistic_gpt2
 from helpers.requires import requires_libreoffice, requires_transformers
 from helpers.sheets import formulas_of
 
@@ -50,10 +50,7 @@ def test_gpt_logits_equal_gpt2_lm_head_model(tiny_gpt2, tmp_path, layout):
 
 def test_gpt_at_a_realistic_size(tmp_path):
     """2 blocks of d = 64 with 4 heads, vocab 256, 16 tokens, blocks layout."""
-    folder = save_tiny_gpt2(tmp_path / "gpt2", n_embd=64, n_head=4, vocab=256,
-                            n_positions=32)
-    ids = list(range(7, 7 + 16 * 13, 13))
-    _, logits = gpt2_forward(folder, ids)
+    folder, ids, _, logits = realistic_gpt2(tmp_path)
     path = tmp_path / "real.xlsx"
     book = api.build("gpt", path, checkpoint=folder, token_ids=ids, layout="blocks")
     got = evaluated_blocks(path, book.values, ["LOGITS", "NEXT_TOKEN"])

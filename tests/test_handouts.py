@@ -189,12 +189,17 @@ def _each(handouts):
     return [(h, per_pt) for h in found]
 
 
+def _each_pdf(handouts):
+    """Each handout, the PDF units of a point, and its PDF's words and page heights."""
+    for handout, per_pt in _each(handouts):
+        yield handout, per_pt, *words_of(handout.pdf)
+
+
 @requires_libreoffice
 @requires_pdftotext
 def test_every_printed_digit_is_8_pt_or_more(handouts):
     small = []
-    for handout, per_pt in _each(handouts):
-        words, _ = words_of(handout.pdf)
+    for handout, per_pt, words, _ in _each_pdf(handouts):
         digits = [w for w in words if NUMBER.match(w.text)]
         assert digits, handout.name
         for page in sorted({w.page for w in digits}):
@@ -208,8 +213,7 @@ def test_every_printed_digit_is_8_pt_or_more(handouts):
 @requires_pdftotext
 def test_no_page_but_the_last_has_fewer_than_5_lines(handouts):
     thin = []
-    for handout, _ in _each(handouts):
-        words, heights = words_of(handout.pdf)
+    for handout, _, words, heights in _each_pdf(handouts):
         margin = 0.6 * 72  # the header and footer sit outside the body
         for page, height in enumerate(heights[:-1]):
             lines = {round(w.top) for w in words if w.page == page
@@ -300,8 +304,7 @@ def test_the_hand_example_of_attention_prints_on_one_page(handouts, demo, lang):
 @requires_libreoffice
 @requires_pdftotext
 def test_the_about_sheet_is_not_printed(handouts):
-    for handout, _ in _each(handouts):
-        words, _ = words_of(handout.pdf)
+    for handout, _, words, _ in _each_pdf(handouts):
         assert "generator" not in {w.text for w in words}, handout.name
 
 

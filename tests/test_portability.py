@@ -7,6 +7,7 @@ import math
 import numpy as np
 import openpyxl
 import pytest
+from helpers.books import formula_book
 from helpers.requires import requires_libreoffice
 from helpers.sheets import formulas_of, portability_problems
 
@@ -77,14 +78,8 @@ INT_ARGUMENTS = [2.5, -2.5, -3, -0.5, 0, 7, 1e-9, -1e-9, 32768 / 3, (32768 + 2) 
 def int_book(tmp_path_factory):
     """INT of each argument in column B, the argument in column A, and INT of a formula."""
     path = tmp_path_factory.mktemp("int") / "int.xlsx"
-    wb = openpyxl.Workbook()
-    ws = wb.active
-    ws.title = "INT"
-    for row, x in enumerate(INT_ARGUMENTS, start=1):
-        ws.cell(row, 1, x)
-        ws.cell(row, 2, f"=INT(A{row})")
-        ws.cell(row, 3, f"=INT(-A{row}/3)")
-    wb.save(path)
+    formula_book("INT", INT_ARGUMENTS, lambda row: f"=INT(A{row})",
+                 lambda row: f"=INT(-A{row}/3)").save(path)
     return path
 
 

@@ -19,8 +19,9 @@ from helpers.books import (
     fill,
     self_check,
 )
-from helpers.cli import cli, one_line_error
+from helpers.cli import build_refused, cli, one_line_error
 from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
+from helpers.sheets import cells_in
 
 from reference.seq2seq import seq2seq_ref
 from workbook_builder.checking.check import check_workbook
@@ -443,17 +444,6 @@ def test_the_cost_table_counts_the_sheets_products(tmp_path):
     assert terms(r"ENC_GH_T1") == 0  # h_0 = 0: the first step's recurrent side is its bias
 
 
-def cells_in(ref: str) -> int:
-    """Cells of a reference such as $B5:$D5 or C7."""
-    match = re.fullmatch(r"\$?([A-Z]+)\$?(\d+)(?::\$?([A-Z]+)\$?(\d+))?", ref.strip())
-    assert match, ref
-    c0, r0, c1, r1 = match.groups()
-    if c1 is None:
-        return 1
-    col = openpyxl.utils.column_index_from_string
-    return (abs(int(r1) - int(r0)) + 1) * (abs(col(c1) - col(c0)) + 1)
-
-
 @pytest.mark.parametrize("args,words", [
     (["--sos", "6"], "--sos must be a target id 0 … 5"),
     (["--eos", "-1"], "--eos must be a target id"),
@@ -461,8 +451,7 @@ def cells_in(ref: str) -> int:
     (["--tokens", "a,b|x,y,z", "--src-len", "3"], "2 source and 3 target"),
 ])
 def test_cli_refuses_bad_parameters_in_one_line(tmp_path, args, words):
-    result = cli("build", "seq2seq", "-o", tmp_path / "a.xlsx", *args)
-    assert words in one_line_error(result)
+    assert words in build_refused("seq2seq", tmp_path, *args)
 
 
 def test_cli_builds_a_labelled_translation_and_check_passes(tmp_path):

@@ -18,7 +18,7 @@ from helpers.books import (
     student_answers,
     write_book,
 )
-from helpers.cli import cli, one_line_error
+from helpers.cli import BUILD_ATTENTION, cli, one_line_error, refused_writing_nothing
 from helpers.requires import requires_libreoffice
 from helpers.sheets import CJK, english_prose, formulas_of, portability_problems
 
@@ -323,16 +323,16 @@ def test_grade_reads_a_file_saved_by_libreoffice(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--exercise", "NOPE"],
+    ([*BUILD_ATTENTION, "--exercise", "NOPE"],
      "has no step 'NOPE'"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--exercise", "X"], "has no step 'X'"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--exercise", "Q,,K"], "empty step name"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--exercise", "Q", "--tolerance", "0"],
+    ([*BUILD_ATTENTION, "--exercise", "X"], "has no step 'X'"),
+    ([*BUILD_ATTENTION, "--exercise", "Q,,K"], "empty step name"),
+    ([*BUILD_ATTENTION, "--exercise", "Q", "--tolerance", "0"],
      "--tolerance must be a positive number"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--exercise", "Q", "--tolerance", "-1"],
+    ([*BUILD_ATTENTION, "--exercise", "Q", "--tolerance", "-1"],
      "--tolerance must be a positive number"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--tolerance", "0.1"], "need --exercise"),
-    (["build", "attention", "-o", "{tmp}/a.xlsx", "--lang", "fr"], "invalid choice: 'fr'"),
+    ([*BUILD_ATTENTION, "--tolerance", "0.1"], "need --exercise"),
+    ([*BUILD_ATTENTION, "--lang", "fr"], "invalid choice: 'fr'"),
     (["class", "attention", "--roster", "{tmp}/missing.csv", "--out", "{tmp}/c",
       "--exercise", "Q"], "no such roster file"),
     (["class", "attention", "--roster", "{tmp}/noid.csv", "--out", "{tmp}/c",
@@ -359,7 +359,4 @@ def test_teaching_input_errors_are_one_line_exit_2_and_write_nothing(tmp_path, a
     (tmp_path / "header.csv").write_text("id,name\n")
     (tmp_path / "ok.csv").write_text("id\ns1\n")
     (tmp_path / "empty").mkdir()
-    before = sorted(p.name for p in tmp_path.iterdir())
-    result = cli(*[a.format(tmp=tmp_path) for a in args])
-    assert needle in one_line_error(result)
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert needle in refused_writing_nothing(tmp_path, args)

@@ -9,14 +9,18 @@ import json
 
 import numpy as np
 import pytest
-from helpers.books import evaluated_blocks
 from helpers.cli import cli, one_line_error
-from helpers.requires import requires_gnumeric, requires_libreoffice, requires_transformers
+from helpers.requires import requires_transformers
+from helpers.translation import (
+    ENGINES,
+    generate_outputs,
+    relative,
+    save_perturbed,
+    sheet_against,
+    stray_tensor_error,
+)
 
 from workbook_builder import api
-from workbook_builder.engines.formulas_engine import evaluate_with_formulas
-from workbook_builder.engines.gnumeric import evaluate_with_gnumeric
-from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 
 pytestmark = requires_transformers
 VOCAB, BOS, PAD, EOS = 17, 0, 1, 2
@@ -38,40 +42,16 @@ def save_tiny_bart(folder, seed=0, generation=None, **config):
     torch.manual_seed(seed)
     model = BartForConditionalGeneration(
         BartConfig(**{**SMALL, "init_std": 0.5, **config})).eval()
-    with torch.no_grad():
-        for name, tensor in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                tensor.add_(0.3 * torch.randn_like(tensor))
-        model.final_logits_bias.normal_(0, 0.3)
-    model.save_pretrained(folder)
-    if generation:
-        path = folder / "generation_config.json"
-        values = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(json.dumps({**values, **generation}), encoding="utf-8")
-    return folder
+    return save_perturbed(model, folder, generation, "norm")
 
 
 def bart_outputs(folder, ids, steps):
-    """encoder_last_hidden_state, each step's logits for the prefix generate chose, and
-    generate's ids without the start token, padded with the pad id to `steps`."""
+    """What `generate_outputs` gives for the saved model in float64."""
     import torch
     from transformers import BartForConditionalGeneration
 
     model = BartForConditionalGeneration.from_pretrained(folder, dtype=torch.float64).eval()
-    source = torch.tensor([ids])
-    with torch.no_grad():
-        generated = model.generate(source, num_beams=1, do_sample=False,
-                                   max_new_tokens=steps)[0].tolist()
-        assert generated[0] == model.generation_config.decoder_start_token_id
-        chosen = generated[1:] + [model.config.pad_token_id] * (steps + 1 - len(generated))
-        prefix = [generated[0], *chosen[:-1]]
-        out = model(input_ids=source, decoder_input_ids=torch.tensor([prefix]))
-    logits = out.logits[0].numpy()  # row t: the logits after prefix[0 … t]
-    return out.encoder_last_hidden_state[0].numpy(), logits, chosen
-
-
-def relative(got, exp) -> float:
-    return float(np.abs(got - exp).max() / np.abs(exp).max())
+    return generate_outputs(model, ids, steps)
 
 
 @pytest.fixture(scope="module")
@@ -81,31 +61,20 @@ def bart(tmp_path_factory):
     return folder, bart_outputs(folder, IDS, K)
 
 
-ENGINES = [pytest.param(evaluate_with_formulas, id="formulas"),
-           pytest.param(evaluate_with_libreoffice, marks=requires_libreoffice,
-                        id="libreoffice"),
-           pytest.param(evaluate_with_gnumeric, marks=requires_gnumeric, id="gnumeric")]
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_sheet_generates_as_bart_does(bart, tmp_path, engine):
-    folder, (memory, logits, chosen) = bart
-    path = tmp_path / "bart.xlsx"
-    book = api.build("transformer", path, checkpoint=folder, token_ids=IDS, decode=K,
-                     layout="blocks")
+    folder, outputs = bart
+    book, worst, generated = sheet_against(folder, IDS, K, outputs, engine,
+                                           tmp_path / "bart.xlsx")
+    chosen = outputs[2]
     p = book.params
     assert (p.positions, p.embed_ln, p.no_scale, p.start_id, p.pad_id, p.end_id,
             p.forced_bos, p.bos_id, p.forced_end, p.activation) == \
         ("per_stack", True, True, EOS, PAD, EOS, True, BOS, True, "gelu")
-    names = ["ENC_OUTPUT", "GENERATED", *(f"LOGITS_T{t}" for t in range(1, K + 1))]
-    got = evaluated_blocks(path, engine(path), names)
-    worst = relative(got["ENC_OUTPUT"], memory)
-    for t in range(K):
-        worst = max(worst, relative(got[f"LOGITS_T{t + 1}"][0], logits[t]))
     print(f"{engine.__name__}: largest relative |sheet − BART| = {worst:.1e}; "
           f"generate {chosen}")
     assert worst < 1e-12
-    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+    assert generated == chosen
     assert chosen[0] == BOS  # forced_bos_token_id
     assert chosen[-1] in (EOS, PAD)  # forced_eos_token_id at the last step, or ended before
 
@@ -149,15 +118,12 @@ EQUAL = [pytest.param({}, {}, id="defaults"),
 def test_each_config_value_the_sheet_computes_equals_transformers(tmp_path, config,
                                                                    generation):
     folder = save_tiny_bart(tmp_path / "m", seed=1, generation=generation, **config)
-    memory, logits, chosen = bart_outputs(folder, IDS[:4], 3)
-    book = api.build("transformer", checkpoint=folder, token_ids=IDS[:4], decode=3,
-                     layout="blocks")
-    got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
-    worst = max([relative(got["ENC_OUTPUT"], memory)] +
-                [relative(got[f"LOGITS_T{t + 1}"][0], logits[t]) for t in range(3)])
-    print(f"{config} {generation}: largest relative difference {worst:.1e}; generate {chosen}")
+    outputs = bart_outputs(folder, IDS[:4], 3)
+    _, worst, generated = sheet_against(folder, IDS[:4], 3, outputs)
+    print(f"{config} {generation}: largest relative difference {worst:.1e}; "
+          f"generate {outputs[2]}")
     assert worst < 1e-12
-    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+    assert generated == outputs[2]
 
 
 def test_one_step_with_both_forced_ids_ends_as_generate_does(tmp_path):
@@ -221,15 +187,8 @@ def test_more_steps_than_the_model_has_positions_are_refused(tmp_path):
 
 def test_a_tensor_the_sheet_does_not_read_is_refused(tmp_path):
     """A stray tensor beside the model's (here a fake pooler) is named, not left out."""
-    from safetensors.numpy import load_file, save_file
-
     folder = save_tiny_bart(tmp_path / "m")
-    weights = load_file(str(folder / "model.safetensors"))
-    weights["model.pooler.weight"] = np.ones((10, 10), dtype=np.float32)
-    save_file(weights, str(folder / "model.safetensors"))
-    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
-              "--layout", "blocks")
-    assert "model.pooler.weight" in one_line_error(ran)
+    assert "model.pooler.weight" in stray_tensor_error(folder, tmp_path / "t.xlsx", 10)
 
 
 def test_text_is_encoded_by_the_checkpoints_tokenizer(tmp_path):

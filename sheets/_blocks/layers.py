@@ -28,7 +28,17 @@ from sheets._blocks.ffn import GELU_FORMS, feed_forward
 from sheets._blocks.heads import concat_heads, head_labels, head_steps
 from sheets._blocks.norms import layer_norm, layer_norm_inputs, layer_norm_section
 from workbook_builder.errors import UserError
-from workbook_builder.sheet import BROADCAST, Dim, Input, Map, MatMul, Rows, Step, section
+from workbook_builder.sheet import (
+    BROADCAST,
+    Dim,
+    Input,
+    Kind,
+    Map,
+    MatMul,
+    Rows,
+    Step,
+    section,
+)
 from workbook_builder.sheet.declare import Chart, Env, Formula, Labels, Section, Size
 
 
@@ -142,6 +152,17 @@ def scoped_sections(sections: Sequence[Section], sfx: str, title: str,
 def gamma_near_one(shape, rng) -> np.ndarray:
     """LayerNorm's and RMSNorm's scales drawn near 1, as after training."""
     return np.round(rng.uniform(0.5, 1.5, size=shape), 2)
+
+
+class LayerNormKind(Kind):
+    """A kind whose LayerNorm scales (inputs named …_GAMMA…) are drawn near 1, as after
+    training. Not registered itself: it has no name."""
+
+    @classmethod
+    def random_input(cls, name, shape, params, rng):
+        if "_GAMMA" in name:
+            return gamma_near_one(shape, rng)
+        return super().random_input(name, shape, params, rng)
 
 
 HEAD_DIMS = head_labels("h", lambda p: p.heads, lambda p: p.d_k)  # h1.1, h1.2, h2.1, …

@@ -45,6 +45,19 @@ ALL_CASES = [(name, i, case) for name, kind in sorted(KINDS.items())
 BUILT: dict[Path, BuiltBook] = {}
 
 
+def formula_book(title: str, arguments, *formulas) -> Workbook:
+    """A workbook of one sheet `title`: each argument in column A, and on its row, in the
+    columns after it, each of `formulas` (a function of the row number)."""
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = title
+    for row, x in enumerate(arguments, start=1):
+        ws.cell(row, 1, x)
+        for column, formula in enumerate(formulas, start=2):
+            ws.cell(row, column, formula(row))
+    return wb
+
+
 def write_book(kind: type[Kind], params, path: Path, *, seed: int = 0, given=None,
                tokens=None, layout: str = "cells", force: bool = False,
                max_cells: int = DEFAULT_MAX_CELLS,

@@ -1,6 +1,6 @@
 """The command line as the tests run it: in this process (`cli`: `main(argv)`, its exit code
 and what it printed) and as a user runs it, a new process (`run_cli`); a usage error's one
-line."""
+line, a build refused in one, and a refusal that leaves its folder as it was."""
 
 import contextlib
 import io
@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbook_builder.cli.app import main
+
+# the start of `build attention` into {tmp}/a.xlsx, for the tables of arguments refused
+BUILD_ATTENTION = ["build", "attention", "-o", "{tmp}/a.xlsx"]
 
 
 @dataclass
@@ -88,3 +91,20 @@ def terminate_once(process: subprocess.Popen, seen,
     process.send_signal(signum)
     _, err = process.communicate(timeout=120)
     return process.returncode, err
+
+
+def build_refused(kind: str, tmp_path: Path, *args) -> str:
+    """The one line `build kind … args` prints refusing them; no workbook is left behind."""
+    out = tmp_path / "refused.xlsx"
+    line = one_line_error(cli("build", kind, "-o", out, *args))
+    assert not out.exists()
+    return line
+
+
+def refused_writing_nothing(tmp_path: Path, args: list[str]) -> str:
+    """The one line the command line prints refusing `args` ({tmp} standing for
+    `tmp_path`), which it leaves as it found it."""
+    before = sorted(p.name for p in tmp_path.iterdir())
+    line = one_line_error(cli(*[a.format(tmp=tmp_path) for a in args]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    return line

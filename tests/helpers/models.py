@@ -15,6 +15,17 @@ LLAMA_SIZES = {"vocab_size": 32, "hidden_size": 8, "num_hidden_layers": 2,
             "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 12}
 
 
+def perturb_biases_and_norms(model, *norms: str) -> None:
+    """Every bias, and every parameter whose name holds one of `norms`, moved by N(0, 0.3):
+    the 0s and 1s they start at would hide a weight read wrongly."""
+    import torch
+
+    with torch.no_grad():
+        for name, value in model.named_parameters():
+            if any(norm in name for norm in norms) or name.endswith("bias"):
+                value.add_(0.3 * torch.randn_like(value))
+
+
 def save_llama(folder: Path, sizes: dict) -> Path:
     """A seeded random LlamaForCausalLM (rope_theta 100, eps 1e-5), RMSNorm weights moved
     off 1, saved with save_pretrained ("model." before every layer name)."""
@@ -210,6 +221,16 @@ def gpt2_forward(folder: Path, ids: list[int]):
     return seen, logits
 
 
+def realistic_gpt2(tmp_path: Path):
+    """A 2-layer GPT-2 of d = 64, 4 heads, vocab 256 and 32 positions, 16 token ids, and
+    what it computes on them (`gpt2_forward`): folder, ids, each block's input and output,
+    logits."""
+    folder = save_tiny_gpt2(tmp_path / "gpt2", n_embd=64, n_head=4, vocab=256,
+                            n_positions=32)
+    ids = list(range(7, 7 + 16 * 13, 13))
+    return folder, ids, *gpt2_forward(folder, ids)
+
+
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "animal", "didn", "'", "t", "cross",
          "street", "because", "it", "was", "too", "tired", "."]
 
@@ -230,10 +251,7 @@ def save_tiny_bert(folder: Path) -> Path:
                         max_position_embeddings=20, hidden_act="gelu", layer_norm_eps=1e-12)
     torch.manual_seed(0)
     model = BertModel(config)
-    with torch.no_grad():  # LayerNorm γ and β and the biases start at 1 and 0: make them tell
-        for name, value in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                value.add_(0.3 * torch.randn_like(value))
+    perturb_biases_and_norms(model, "LayerNorm")
     model.save_pretrained(folder)
     tokenizer = Tokenizer(WordPiece({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
     tokenizer.normalizer = BertNormalizer(lowercase=True)

@@ -1,5 +1,6 @@
 """Reading a built file the way the tests look at it: its charts' series, its formulas, a
-'Sheet'!$A$1 reference, and the portable set of functions every formula keeps to."""
+'Sheet'!$A$1 reference, the cells of a range, and the portable set of functions every
+formula keeps to."""
 
 import re
 import zipfile
@@ -12,7 +13,19 @@ from openpyxl.worksheet.formula import ArrayFormula
 from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.refs import parse_range
 
+_REF = re.compile(r"\$?([A-Z]+)\$?(\d+)(?::\$?([A-Z]+)\$?(\d+))?$")
 CHART_NS = "{http://schemas.openxmlformats.org/drawingml/2006/chart}"
+
+
+def cells_in(ref: str) -> int:
+    """Cells of a reference such as $B5:$D5 or F$5:F$9 or C7."""
+    match = _REF.match(ref.strip())
+    assert match, ref
+    c0, r0, c1, r1 = match.groups()
+    if c1 is None:
+        return 1
+    col = openpyxl.utils.column_index_from_string
+    return (abs(int(r1) - int(r0)) + 1) * (abs(col(c1) - col(c0)) + 1)
 
 
 def charts_in(path: Path) -> list[list[dict]]:

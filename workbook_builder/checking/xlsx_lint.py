@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from xml.etree import ElementTree
 
-from workbook_builder.sheet.refs import column_number
+from workbook_builder.sheet.refs import column_number, parse_cell, parse_range
 
 MAIN = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 CHART = "{http://schemas.openxmlformats.org/drawingml/2006/chart}"
@@ -42,22 +42,6 @@ _R1C1 = re.compile(r"[Rr]\d*[Cc]?\d*|[Cc]\d*", re.A)
 def utf16_length(text: str) -> int:
     """Length as Excel counts it (UTF-16 code units)."""
     return len(text.encode("utf-16-le")) // 2
-
-
-def cell_position(ref: str) -> tuple[int, int]:
-    """"C5" -> (5, 3)."""
-    match = re.fullmatch(r"\$?([A-Z]{1,3})\$?(\d+)", ref)
-    if not match:
-        raise ValueError(ref)
-    return int(match.group(2)), column_number(match.group(1))
-
-
-def range_corners(ref: str) -> tuple[int, int, int, int]:
-    """"B2:D4" -> (top, left, bottom, right); one cell is a range of one."""
-    first, _, last = ref.partition(":")
-    top, left = cell_position(first)
-    bottom, right = cell_position(last) if last else (top, left)
-    return top, left, bottom, right
 
 
 @functools.cache
@@ -126,7 +110,7 @@ def sheet_name_problem(name: str) -> str | None:
 
 def overlapping_merges(refs: list[str]) -> list[tuple[str, str]]:
     """Pairs of merged ranges that share a cell."""
-    ranges = sorted((range_corners(ref), ref) for ref in refs)
+    ranges = sorted((parse_range(ref), ref) for ref in refs)
     pairs = []
     for i, ((_, left, bottom, right), ref) in enumerate(ranges):
         for (top2, left2, _, right2), ref2 in ranges[i + 1:]:
@@ -249,7 +233,7 @@ def _sheet(package: _Package, part: str, titles: set[str]) -> list[str]:
             ref = cell.get("r")
             where = f"{part}: {ref}"
             if ref is not None:
-                cell_row, column = cell_position(ref)
+                cell_row, column = parse_cell(ref)
                 if cell_row != number:
                     problems.append(f"{where}: a cell of row {cell_row} inside row {number}")
                 if column <= last_column:
@@ -297,7 +281,7 @@ def _comments(package: _Package, part: str, sheet) -> list[str]:
             if row is None or column is None:
                 return [f"{vml[1]}: a note shape without its row and column"]
             notes.append((int(row.text) + 1, int(column.text) + 1))
-    wanted = sorted(cell_position(ref) for ref in refs)
+    wanted = sorted(parse_cell(ref) for ref in refs)
     if sorted(notes) != wanted:
         return [f"{vml[1]}: note shapes at {sorted(notes)[:5]}… do not match the "
                 f"{len(refs)} comments of {comments[0]}"]

@@ -6,8 +6,8 @@ from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 
 
 @dataclass(frozen=True)
-class Block:
-    """A placed rectangle of data cells; `top`/`left` is its first data cell (1-based)."""
+class Area:
+    """A named rectangle of a sheet; `top`/`left` is its first cell (1-based)."""
 
     name: str
     sheet: str
@@ -15,6 +15,11 @@ class Block:
     left: int
     rows: int
     cols: int
+
+
+@dataclass(frozen=True)
+class Block(Area):
+    """A placed rectangle of data cells; `top`/`left` is its first data cell (1-based)."""
 
     @property
     def bottom(self) -> int:

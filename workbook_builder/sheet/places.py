@@ -34,7 +34,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from workbook_builder.sheet.block import Block
+from workbook_builder.sheet.block import Area, Block
 from workbook_builder.sheet.declare import (
     Chart,
     Env,
@@ -71,8 +71,8 @@ ROLES = ("text", "title", "input", "step", "copy", "table", "chart")
 
 
 @dataclass(frozen=True)
-class Placed:
-    """One thing placed on a sheet. `role`:
+class Placed(Area):
+    """One thing placed on a sheet, the area it takes. `role`:
     - "input", "step": a block's data cells (`top`, `left`, `rows` × `cols`), named `name`;
       its header starts `above` rows higher and its labels `before` columns further left
       than a plain block's (a hand product's operands, a band lined up);
@@ -85,12 +85,6 @@ class Placed:
     the declaration it places (Input, Step, Table, Chart or Section), not compared."""
 
     role: str
-    name: str
-    sheet: str
-    top: int
-    left: int
-    rows: int
-    cols: int
     unit: int
     above: int = 0
     before: int = 0
@@ -442,9 +436,9 @@ class _Placer:
 
     def _add(self, role: str, name: str, top: int, left: int, rows: int, cols: int,
              above: int = 0, before: int = 0, item=None, unit: int | None = None) -> None:
-        self.placed.append(Placed(role, name, self.sheet, top, left, rows, cols,
-                                  len(self.units) if unit is None else unit, above, before,
-                                  item))
+        self.placed.append(Placed(name, self.sheet, top, left, rows, cols, role=role,
+                                  unit=len(self.units) if unit is None else unit,
+                                  above=above, before=before, item=item))
 
     def _grow(self, row: int, col: int) -> None:
         self.bottom, self.right = max(self.bottom, row), max(self.right, col)
