@@ -20,7 +20,6 @@ from workbook_builder.models.marian import (
     ACTIVATIONS,
     NEUTRAL_GENERATION,
     TIED_COPIES,
-    _later_layers,
     _layer,
     _read,
     _size,
@@ -28,6 +27,7 @@ from workbook_builder.models.marian import (
     marian_inputs,
     model_type,
     read_settings,
+    refuse_contradicted,
 )
 from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import make_params
@@ -113,6 +113,7 @@ def bart_inputs(kind_name: str, path: Path, checkpoint: Checkpoint, *, text: str
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     if ids is not None:
         sizes["src_len"] = len(ids)
+    refuse_contradicted(checkpoint, "BART", sizes, settings, explicit)
     params = make_params(get_kind(kind_name), {**sizes, **explicit})
     limit = _size(settings, "max_position_embeddings")
     for what, count in (("source ids", params.src_len), ("decoding steps", params.decode)):
@@ -137,7 +138,7 @@ def bart_inputs(kind_name: str, path: Path, checkpoint: Checkpoint, *, text: str
         for k in range(count):
             weights = _layer(checkpoint, stack, k, d, params.d_ff, read)
             inputs.update({f"{name}_{mark}{k + 1}": value for name, value in weights.items()})
-    _refuse_the_rest(checkpoint, read | _later_layers(checkpoint, params), table)
+    _refuse_the_rest(checkpoint, read, table)
     if ids is not None:
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
