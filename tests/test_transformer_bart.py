@@ -230,3 +230,71 @@ def test_a_t5_checkpoint_is_refused_in_one_line_saying_why(tmp_path):
                               "--checkpoint", folder, "--token-ids", "3,4,5"))
     assert "T5" in line and "relative position buckets" in line
     assert not (tmp_path / "t.xlsx").exists()
+
+
+# -- a flag given by hand against the checkpoint: one line naming the flag and its value --
+CONTRADICTED = [
+    (("--heads", "5"), "--heads 5 contradicts the checkpoint (encoder_attention_heads gives 2)"),
+    (("--d-model", "8"), "--d-model 8 contradicts the checkpoint (d_model gives 10)"),
+    (("--d-ff", "5"), "--d-ff 5 contradicts the checkpoint (encoder_ffn_dim gives 9)"),
+    (("--layers", "2"), "--layers 2 contradicts the checkpoint (encoder_layers gives 1)"),
+    (("--dec-layers", "1"), "--dec-layers 1 contradicts the checkpoint (decoder_layers gives 2)"),
+    (("--vocab", "16"), "--vocab 16 contradicts the checkpoint (vocab_size gives 17)"),
+    (("--activation", "relu"), "--activation relu contradicts the checkpoint "
+                               "(activation_function gives gelu)"),
+    (("--pre-ln",), "--pre-ln True contradicts the checkpoint (BART's layer gives False)"),
+    (("--ln-eps", "1e-6"), "--ln-eps 1e-06 contradicts the checkpoint (BART's code gives "
+                           "1e-05)"),
+    (("--positions", "learned"), "--positions learned contradicts the checkpoint (BART's code "
+                                 "gives per_stack)"),
+    (("--pad-id", "3"), "--pad-id 3 contradicts the checkpoint (pad_token_id gives 1)"),
+    (("--start-id", "3"), "--start-id 3 contradicts the checkpoint (decoder_start_token_id "
+                          "gives 2)"),
+    (("--end-id", "3"), "--end-id 3 contradicts the checkpoint (eos_token_id gives 2)"),
+    (("--bos-id", "3"), "--bos-id 3 contradicts the checkpoint (forced_bos_token_id gives 0)"),
+    (("--ban-pad",), "--ban-pad True contradicts the checkpoint (bad_words_ids gives False)"),
+    (("--src-len", "4"), "--src-len 4 contradicts the checkpoint (the tokens of --text or "
+                         "--token-ids give 6)"),
+]
+
+
+@pytest.mark.parametrize("flags,says", CONTRADICTED, ids=[f[0][2:] for f, _ in CONTRADICTED])
+def test_a_flag_that_contradicts_the_checkpoint_is_one_line(bart, tmp_path, flags, says):
+    folder, _ = bart
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", ",".join(map(str, IDS)), *flags, "--layout", "blocks")
+    line = one_line_error(ran)
+    assert says in line and f"leave {flags[0]} out" in line, line
+
+
+# switches the command line can only turn on, here turned off against the checkpoint
+@pytest.mark.parametrize("flag,key", [("no_scale", "scale_embedding false"),
+                                      ("embed_ln", "BART's layer"),
+                                      ("logits_bias", "BART's code"),
+                                      ("forced_bos", "forced_bos_token_id"),
+                                      ("forced_end", "forced_eos_token_id")])
+def test_a_switch_turned_off_against_the_checkpoint_is_refused(bart, flag, key):
+    folder, _ = bart
+    with pytest.raises(api.AttnsheetsError, match=f"--{flag.replace('_', '-')} False "
+                                                   f"contradicts the checkpoint \\({key}"):
+        api.build("transformer", checkpoint=folder, token_ids=IDS, layout="blocks",
+                  **{flag: False})
+
+
+def test_flags_that_agree_with_the_checkpoint_build_its_model(bart):
+    """Every flag the checkpoint decides, given at its own value (and --sinusoid, which
+    changes nothing with learned positions): the sheet still equals transformers."""
+    folder, (memory, logits, chosen) = bart
+    same = {"heads": 2, "d_model": 10, "d_ff": 9, "layers": 1, "dec_layers": 2,
+            "vocab": VOCAB, "activation": "gelu", "pre_ln": False, "embed_ln": True,
+            "ln_eps": 1e-5, "no_scale": True, "positions": "per_stack",
+            "sinusoid": "halves", "logits_bias": True, "pad_id": PAD, "start_id": EOS,
+            "end_id": EOS, "ban_pad": False, "forced_end": True, "forced_bos": True,
+            "bos_id": BOS, "src_len": len(IDS)}
+    book = api.build("transformer", checkpoint=folder, token_ids=IDS, decode=K,
+                     layout="blocks", **same)
+    got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
+    worst = max([relative(got["ENC_OUTPUT"], memory)] +
+                [relative(got[f"LOGITS_T{t + 1}"][0], logits[t]) for t in range(K)])
+    assert worst < 1e-12
+    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen

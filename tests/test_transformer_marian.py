@@ -175,3 +175,75 @@ def test_after_generate_ends_the_sheet_gives_the_pad_id(tmp_path):
     assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
     assert relative(got["ENC_OUTPUT"], memory) < 1e-12
     assert relative(got["LOGITS_T1"][0], logits[0]) < 1e-12
+
+
+# -- a flag given by hand against the checkpoint: one line naming the flag and its value --
+CONTRADICTED = [
+    (("--heads", "2"), "--heads 2 contradicts the checkpoint (encoder_attention_heads gives 3)"),
+    (("--d-model", "4"), "--d-model 4 contradicts the checkpoint (d_model gives 6)"),
+    (("--d-ff", "5"), "--d-ff 5 contradicts the checkpoint (encoder_ffn_dim gives 7)"),
+    (("--layers", "1"), "--layers 1 contradicts the checkpoint (encoder_layers gives 2)"),
+    (("--dec-layers", "1"), "--dec-layers 1 contradicts the checkpoint (decoder_layers gives 2)"),
+    (("--vocab", "12"), "--vocab 12 contradicts the checkpoint (vocab_size gives 13)"),
+    (("--activation", "relu"), '--activation relu contradicts the checkpoint '
+                               '(activation_function "swish" gives silu)'),
+    (("--pre-ln",), "--pre-ln True contradicts the checkpoint (MarianMT's layer gives False)"),
+    (("--embed-ln",), "--embed-ln True contradicts the checkpoint (MarianMT's layer gives "
+                      "False)"),
+    (("--ln-eps", "1e-6"), "--ln-eps 1e-06 contradicts the checkpoint (MarianMT's code gives "
+                           "1e-05)"),
+    (("--no-scale",), "--no-scale True contradicts the checkpoint (scale_embedding true gives "
+                      "False)"),
+    (("--positions", "learned"), "--positions learned contradicts the checkpoint (MarianMT's "
+                                 "code gives sinusoidal)"),
+    (("--sinusoid", "interleaved"), "--sinusoid interleaved contradicts the checkpoint "
+                                    "(MarianMT's code gives halves)"),
+    (("--pad-id", "3"), "--pad-id 3 contradicts the checkpoint (pad_token_id gives 12)"),
+    (("--start-id", "3"), "--start-id 3 contradicts the checkpoint (decoder_start_token_id "
+                          "gives 12)"),
+    (("--end-id", "3"), "--end-id 3 contradicts the checkpoint (eos_token_id gives 0)"),
+    (("--forced-bos",), "--forced-bos True contradicts the checkpoint (forced_bos_token_id "
+                        "gives False)"),
+    (("--src-len", "4"), "--src-len 4 contradicts the checkpoint (the tokens of --text or "
+                         "--token-ids give 5)"),
+]
+
+
+@pytest.mark.parametrize("flags,says", CONTRADICTED, ids=[f[0][2:] for f, _ in CONTRADICTED])
+def test_a_flag_that_contradicts_the_checkpoint_is_one_line(marian, tmp_path, flags, says):
+    folder, _ = marian
+    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
+              "--token-ids", ",".join(map(str, IDS)), *flags, "--layout", "blocks")
+    line = one_line_error(ran)
+    assert says in line and f"leave {flags[0]} out" in line, line
+
+
+# switches the command line can only turn on, here turned off against the checkpoint
+@pytest.mark.parametrize("flag,key", [("logits_bias", "MarianMT's code"),
+                                      ("ban_pad", "bad_words_ids"),
+                                      ("forced_end", "forced_eos_token_id")])
+def test_a_switch_turned_off_against_the_checkpoint_is_refused(marian, flag, key):
+    folder, _ = marian
+    with pytest.raises(api.AttnsheetsError, match=f"--{flag.replace('_', '-')} False "
+                                                   f"contradicts the checkpoint \\({key}"):
+        api.build("transformer", checkpoint=folder, token_ids=IDS, layout="blocks",
+                  **{flag: False})
+
+
+def test_flags_that_agree_with_the_checkpoint_build_its_model(marian):
+    """Every flag the checkpoint decides, given at its own value (and --bos-id, which
+    changes nothing when no first id is forced): the sheet still equals transformers."""
+    folder, (memory, logits, chosen) = marian
+    same = {"heads": 3, "d_model": 6, "d_ff": 7, "layers": 2, "dec_layers": 2, "vocab": VOCAB,
+            "activation": "silu", "pre_ln": False, "embed_ln": False, "ln_eps": 1e-5,
+            "no_scale": False, "positions": "sinusoidal", "sinusoid": "halves",
+            "logits_bias": True, "pad_id": PAD, "start_id": PAD, "end_id": 0,
+            "ban_pad": True, "forced_end": True, "forced_bos": False, "bos_id": 7,
+            "src_len": len(IDS)}
+    book = api.build("transformer", checkpoint=folder, token_ids=IDS, decode=K,
+                     layout="blocks", **same)
+    got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
+    worst = max([relative(got["ENC_OUTPUT"], memory)] +
+                [relative(got[f"LOGITS_T{t + 1}"][0], logits[t]) for t in range(K)])
+    assert worst < 1e-12
+    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen

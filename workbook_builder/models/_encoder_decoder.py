@@ -14,6 +14,7 @@ import numpy as np
 
 from workbook_builder.book.reading import read_bounded
 from workbook_builder.errors import UserError
+from workbook_builder.models.config_values import refuse_contradicted_flags
 from workbook_builder.models.files import Checkpoint
 from workbook_builder.models.loader import ModelInputs, _ids_and_labels, _short
 from workbook_builder.registry import get_kind
@@ -190,17 +191,33 @@ def _layer(checkpoint: Checkpoint, stack: str, layer: int, d: int, d_ff: int,
     return got
 
 
-def _later_layers(checkpoint: Checkpoint, params) -> set[str]:
-    """The tensors of layers past --layers / --dec-layers, which a smaller sheet leaves out
-    on purpose (as `gpt` takes fewer layers than its checkpoint has)."""
-    later = set()
-    for name in checkpoint.shapes:
-        parts = name.split(".")
-        if len(parts) > 4 and parts[0] == "model" and parts[2] == "layers":
-            count = params.layers if parts[1] == "encoder" else params.dec_layers
-            if parts[3].isdigit() and int(parts[3]) >= count:
-                later.add(name)
-    return later
+# what each parameter the readers give is said by, in a refusal of a flag against it
+SAID_BY = {"d_model": "d_model", "heads": "encoder_attention_heads", "d_ff": "encoder_ffn_dim",
+           "layers": "encoder_layers", "dec_layers": "decoder_layers", "vocab": "vocab_size",
+           "activation": "activation_function", "pad_id": "pad_token_id",
+           "start_id": "decoder_start_token_id", "end_id": "eos_token_id",
+           "ban_pad": "bad_words_ids", "forced_end": "forced_eos_token_id",
+           "forced_bos": "forced_bos_token_id", "bos_id": "forced_bos_token_id",
+           "src_len": "the tokens of --text or --token-ids"}
+
+
+def refuse_contradicted(checkpoint: Checkpoint, family: str, sizes: dict[str, Any],
+                        settings: dict, explicit: dict[str, Any]) -> None:
+    """A flag given by hand against what the checkpoint decides (`sizes`, and the post-LN
+    layer, the embedding LayerNorm and the forced first id the reader leaves at their
+    defaults) is refused, as for the other families: the sheet would compute another model
+    than the one its About sheet names. The greedy steps (--decode) are the user's."""
+    decided = {"pre_ln": False, "embed_ln": False, "forced_bos": False, **sizes}
+    if not decided["forced_bos"]:  # no first id forced: --bos-id changes nothing
+        decided.pop("bos_id", None)
+    act = settings["activation_function"]
+    said = {**SAID_BY, **dict.fromkeys(("pre_ln", "embed_ln"), f"{family}'s layer"),
+            **dict.fromkeys(("positions", "sinusoid", "logits_bias", "ln_eps"),
+                            f"{family}'s code"),
+            "no_scale": f"scale_embedding {json.dumps(settings['scale_embedding'])}"}
+    if ACTIVATIONS[act] != act:  # swish: the sheet's silu
+        said["activation"] = f"activation_function {json.dumps(act)}"
+    refuse_contradicted_flags(checkpoint.source, decided, explicit, said)
 
 
 def _refuse_the_rest(family: EncoderDecoder, checkpoint: Checkpoint, read: set[str],
@@ -229,6 +246,7 @@ def encoder_decoder_inputs(family: EncoderDecoder, kind_name: str, path: Path,
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     if ids is not None:
         sizes["src_len"] = len(ids)
+    refuse_contradicted(checkpoint, family.name, sizes, settings, explicit)
     params = make_params(get_kind(kind_name), {**sizes, **explicit})
     limit = size(settings, "max_position_embeddings")
     family.check_positions(params, limit)
@@ -243,7 +261,7 @@ def encoder_decoder_inputs(family: EncoderDecoder, kind_name: str, path: Path,
         for k in range(count):
             weights = _layer(checkpoint, stack, k, d, params.d_ff, read)
             inputs.update({f"{name}_{mark}{k + 1}": value for name, value in weights.items()})
-    _refuse_the_rest(family, checkpoint, read | _later_layers(checkpoint, params), table)
+    _refuse_the_rest(family, checkpoint, read, table)
     if ids is not None:
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
