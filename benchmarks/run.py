@@ -61,8 +61,8 @@ def minilm_case() -> Case:
 
 def minilm_encoder_case() -> Case:
     """The whole all-MiniLM-L6-v2 encoder (6 layers, ~22 M input cells, the 30,522 × 384
-    word embeddings on a sheet of their own) on two sentences, each embedded, and their
-    cosine similarity."""
+    word embeddings on the same sheet as the layers) on two sentences, each embedded, and
+    their cosine similarity."""
     from workbook_builder.models.examples import MINILM_PIP, SEED_SENTENCE, minilm_zip
 
     zipped = minilm_zip()
