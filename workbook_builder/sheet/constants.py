@@ -74,15 +74,21 @@ def whole_numbers(values: np.ndarray) -> np.ndarray:
     return (np.mod(values, 1) == 0) & (np.abs(values) < EXACT_INTEGERS)
 
 
+def _style_cell(ws: Worksheet, style: Cell) -> Cell:
+    """A cell in no place, styled as `style`, that reaches its sheet through a weak proxy:
+    a strong reference from a value of _BLOCKS or _REGIONS would keep its key, the sheet,
+    and every cell of it alive for good."""
+    template = Cell(weakref.proxy(ws))
+    copy_style(style, template)
+    return template
+
+
 def add_constant_block(ws: Worksheet, top: int, left: int, values: np.ndarray,
                        style: Cell, integers: np.ndarray | None = None) -> ConstantBlock:
     """Keep `values` as the cells from (top, left) on, each styled as `style` (a cell of
     the same workbook; its style is copied)."""
     values = np.array(values, dtype=float)
-    # the style cell reaches its sheet through a weak proxy: a strong reference from a
-    # value of _BLOCKS would keep its key, the sheet, and every cell of it alive for good
-    template = Cell(weakref.proxy(ws))
-    copy_style(style, template)
+    template = _style_cell(ws, style)
     block = ConstantBlock(top, left, values,
                           whole_numbers(values) if integers is None else integers, template)
     _BLOCKS.setdefault(ws, []).append(block)
@@ -116,10 +122,7 @@ def add_formula_region(ws: Worksheet, top: int, left: int, bottom: int, right: i
                        style: Cell, cells: list[Cell]) -> FormulaRegion:
     """Keep the rectangle's cells other than `cells` (held by the sheet) out of the sheet,
     each styled as `style` when written (its style is copied)."""
-    # the style cell reaches its sheet through a weak proxy: a strong reference from a
-    # value of _BLOCKS would keep its key, the sheet, and every cell of it alive for good
-    template = Cell(weakref.proxy(ws))
-    copy_style(style, template)
+    template = _style_cell(ws, style)
     region = FormulaRegion(top, left, bottom, right, template, list(cells))
     _REGIONS.setdefault(ws, []).append(region)
     return region
