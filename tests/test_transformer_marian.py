@@ -11,6 +11,7 @@ from helpers.cli import cli, one_line_error
 from helpers.requires import requires_transformers
 from helpers.translation import (
     ENGINES,
+    contradicted_line,
     generate_outputs,
     relative,
     save_perturbed,
@@ -212,9 +213,7 @@ CONTRADICTED = [
 @pytest.mark.parametrize("flags,says", CONTRADICTED, ids=[f[0][2:] for f, _ in CONTRADICTED])
 def test_a_flag_that_contradicts_the_checkpoint_is_one_line(marian, tmp_path, flags, says):
     folder, _ = marian
-    ran = cli("build", "transformer", "-o", tmp_path / "t.xlsx", "--checkpoint", folder,
-              "--token-ids", ",".join(map(str, IDS)), *flags, "--layout", "blocks")
-    line = one_line_error(ran)
+    line = contradicted_line(folder, IDS, flags, tmp_path / "t.xlsx")
     assert says in line and f"leave {flags[0]} out" in line, line
 
 
@@ -233,17 +232,13 @@ def test_a_switch_turned_off_against_the_checkpoint_is_refused(marian, flag, key
 def test_flags_that_agree_with_the_checkpoint_build_its_model(marian):
     """Every flag the checkpoint decides, given at its own value (and --bos-id, which
     changes nothing when no first id is forced): the sheet still equals transformers."""
-    folder, (memory, logits, chosen) = marian
+    folder, outputs = marian
     same = {"heads": 3, "d_model": 6, "d_ff": 7, "layers": 2, "dec_layers": 2, "vocab": VOCAB,
             "activation": "silu", "pre_ln": False, "embed_ln": False, "ln_eps": 1e-5,
             "no_scale": False, "positions": "sinusoidal", "sinusoid": "halves",
             "logits_bias": True, "pad_id": PAD, "start_id": PAD, "end_id": 0,
             "ban_pad": True, "forced_end": True, "forced_bos": False, "bos_id": 7,
             "src_len": len(IDS)}
-    book = api.build("transformer", checkpoint=folder, token_ids=IDS, decode=K,
-                     layout="blocks", **same)
-    got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
-    worst = max([relative(got["ENC_OUTPUT"], memory)] +
-                [relative(got[f"LOGITS_T{t + 1}"][0], logits[t]) for t in range(K)])
+    _, worst, generated = sheet_against(folder, IDS, K, outputs, **same)
     assert worst < 1e-12
-    assert got["GENERATED"][:, 0].astype(int).tolist() == chosen
+    assert generated == outputs[2]

@@ -81,15 +81,23 @@ def stray_tensor_error(folder: Path, out: Path, d: int) -> str:
                               "--layout", "blocks"))
 
 
+def contradicted_line(folder: Path, ids: list[int], flags: tuple[str, ...], out: Path) -> str:
+    """The one line a build from `folder` for `ids` prints for command-line `flags` that
+    contradict the checkpoint."""
+    return one_line_error(cli("build", "transformer", "-o", out, "--checkpoint", folder,
+                              "--token-ids", ",".join(map(str, ids)), *flags,
+                              "--layout", "blocks"))
+
+
 def sheet_against(folder: Path, ids: list[int], steps: int, outputs, engine=None,
-                  path: Path | None = None) -> tuple[Any, float, list[int]]:
-    """transformer built from `folder` for `ids` and `steps` decoding steps (saved at `path`
-    and computed by `engine`, or in memory with its build's own values): its largest
-    book, its largest relative difference from `outputs` (`generate_outputs`) and its
+                  path: Path | None = None, **flags) -> tuple[Any, float, list[int]]:
+    """transformer built from `folder` for `ids` and `steps` decoding steps, with `flags`
+    (saved at `path` and computed by `engine`, or in memory with its build's own values):
+    its book, its largest relative difference from `outputs` (`generate_outputs`) and its
     GENERATED ids."""
     memory, logits, _ = outputs
     book = api.build("transformer", path, checkpoint=folder, token_ids=ids, decode=steps,
-                     layout="blocks")
+                     layout="blocks", **flags)
     if engine is None:
         got = {name: frame.to_numpy(float) for name, frame in api.read_blocks(book).items()}
     else:
