@@ -526,6 +526,7 @@ def test_a_checkpoint_is_read_exactly_or_refused_in_one_line(tmp_path, change, a
     assert words in one_line_error(result)
 
 
+@pytest.mark.slow  # test_teaching.py grades exercises of every layout in small
 def test_an_exercise_on_the_update_gate_and_the_attention_flows_into_the_translation(
         tmp_path):
     """The exercise blanks ENC_Z_T2 and WEIGHTS_T1; typed right, every self-check passes and

@@ -193,7 +193,9 @@ def test_after_the_end_id_every_step_gives_the_pad_id():
         [1.0] * (params.decode - 1)
 
 
-ENGINES = [pytest.param(evaluate_with_formulas, id="formulas"),
+# the formulas engine's run of these six sheets is slow-tier too (about 30 s): every
+# configuration of them is checked in small by tests/test_kinds.py's registered cases
+ENGINES = [pytest.param(evaluate_with_formulas, marks=pytest.mark.slow, id="formulas"),
            pytest.param(evaluate_with_libreoffice, marks=requires_libreoffice,
                         id="libreoffice"),
            pytest.param(evaluate_with_gnumeric, marks=requires_gnumeric, id="gnumeric")]
@@ -235,6 +237,7 @@ def test_the_sheet_equals_the_reference_in_every_engine(sheets, engine, label, l
     assert np.array_equal(got["GENERATED"], ref["GENERATED"])
 
 
+@pytest.mark.slow  # searches ids and rebuilds; test_encoder.py and test_seq2seq.py edit ids
 def test_typing_another_source_id_re_translates(tmp_path):
     """A source id typed into the saved workbook: the formulas recompute the translation
     the reference gives for the new source, which differs from the old one, and check
@@ -277,6 +280,7 @@ def test_bad_parameters_are_one_line(tmp_path, args, message):
     assert message in one_line_error(ran)
 
 
+@pytest.mark.slow  # a class of transformer sheets; test_teaching.py grades classes in small
 def test_a_class_on_the_cross_attention_weights_is_graded(tmp_path):
     """`class` hands each student a sheet whose step 2 cross-attention weights of decoder
     layer 1 are blanks; typed from the reference of that student's seed they grade full
@@ -310,6 +314,7 @@ def test_a_class_on_the_cross_attention_weights_is_graded(tmp_path):
     assert f"{cells - 1}/{cells}" in graded.stdout
 
 
+@pytest.mark.slow  # the demo (tests/test_cli.py) builds and checks the same example
 def test_the_hand_example_starts_from_the_tutorials_rows_and_checks(tmp_path):
     """`--example hand`: the source rows are the tutorial's 我, 爱, AI embeddings, the
     weights whole numbers, ENC_X their rows times √2 plus the sinusoid; check passes."""
