@@ -69,6 +69,32 @@ def test_every_shortcut_equals_the_public_path(tmp_path, layout):
     assert fast == public
 
 
+def test_a_merged_row_reads_back_as_the_public_path_merges_it(tmp_path):
+    """`merge_row` with the shortcut (the merge only) and without (openpyxl's merge_cells,
+    a MergedCell per covered cell): the saved files load with the same merges, the same
+    cells and values, and a bordered first cell gives the covered edge cells its border."""
+    from openpyxl.styles import Border, Side
+
+    loaded = []
+    for shortcuts in (True, False):
+        wb = openpyxl.Workbook()
+        ws = wb.active
+        ws.cell(2, 2).value = "a title over a block"
+        ws.cell(4, 1).value = "bordered"
+        ws.cell(4, 1).border = Border(top=Side(style="thin"))
+        of_openpyxl.merge_row(ws, 2, 2, 40, shortcuts=shortcuts)
+        of_openpyxl.merge_row(ws, 4, 1, 5, shortcuts=shortcuts)
+        wb.save(tmp_path / f"{shortcuts}.xlsx")
+        loaded.append(openpyxl.load_workbook(tmp_path / f"{shortcuts}.xlsx").active)
+    fast, public = loaded
+    assert sorted(map(str, fast.merged_cells.ranges)) == \
+        sorted(map(str, public.merged_cells.ranges)) == ["A4:E4", "B2:AN2"]
+    cells = [{(c.row, c.column): (type(c).__name__, c.value, c.border.top.style)
+              for row in ws.iter_rows() for c in row} for ws in loaded]
+    assert cells[0] == cells[1]
+    assert cells[0][4, 3] == ("MergedCell", None, "thin")
+
+
 def test_shortcuts_are_taken_only_for_the_versions_they_were_written_for():
     assert of_openpyxl.openpyxl_shortcuts() == version("openpyxl").startswith("3.1.")
     assert versions.within(version("formulas"), *versions.SUPPORTED["formulas"]) == \

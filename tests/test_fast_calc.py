@@ -361,3 +361,28 @@ def test_index_gives_what_the_engines_own_index_gives(tmp_path):
     values, own = typed(model.evaluate()), typed(engines_own_values(path))
     assert model.path == "ordered"
     assert all(values[c] == own[c] for c in formula_cells(path))
+
+
+@pytest.mark.parametrize("second", ["'[book.xlsx]SHEET'!B2:C3", "'[book.xlsx]SHEET'!C2",
+                                    "'[book.xlsx]SHEET'!A1:D1"])
+def test_two_formulas_filling_one_cell_are_refused_and_apart_are_calculated(second):
+    """Boxes that share a cell cannot be ordered: the direct calculation refuses them (the
+    engine's own then decides); boxes side by side are calculated."""
+    first = {"'[book.xlsx]SHEET'!A1": 2, "'[book.xlsx]SHEET'!B1:C2": "={1,2;3,4}+A1"}
+    with pytest.raises(internals.CalculationRefused, match="two formulas fill one cell"):
+        direct_calc.DirectCalculation({**first, second: "=A1*3"}, "book.xlsx")
+    apart = direct_calc.DirectCalculation({**first, "'[book.xlsx]SHEET'!D4": "=A1*3"},
+                                          "book.xlsx")
+    assert apart.compiled_formulas >= 1
+
+
+@pytest.mark.parametrize("clash", [{"'[book.xlsx]SHEET'!B1": 5},
+                                   {"'[book.xlsx]SHEET'!E1:F2": [[1, 2], [3, 4]]},
+                                   {"'[book.xlsx]SHEET'!F2": 7}])
+def test_a_value_in_a_cell_a_formula_or_a_block_fills_is_refused(clash):
+    block = direct_calc.ArrayRows(np.ones((3, 2)), np.zeros((3, 2), bool))
+    entries = {"'[book.xlsx]SHEET'!A1": 2, "'[book.xlsx]SHEET'!B1:C2": "={1,2;3,4}+A1",
+               "'[book.xlsx]SHEET'!F1:G3": block}
+    direct_calc.DirectCalculation(entries, "book.xlsx")
+    with pytest.raises(internals.CalculationRefused, match="two nodes hold one cell"):
+        direct_calc.DirectCalculation({**entries, **clash}, "book.xlsx")

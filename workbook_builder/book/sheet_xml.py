@@ -26,6 +26,7 @@ import numpy as np
 from openpyxl.utils import get_column_letter
 from openpyxl.workbook.workbook import Workbook
 
+from workbook_builder.book.number_text import parsed_numbers, shortest_texts
 from workbook_builder.engines.cached_values import (
     rewrite_sheet,
     sheet_parts,
@@ -97,10 +98,12 @@ def place_constant_blocks(wb: Workbook) -> PlacedBlocks:
 def _block_row(block: ConstantBlock, style_id: int, i: int) -> str:
     """Row i (0-based) of a block as openpyxl writes cells of numbers: one format call per
     row, of a template made once per block."""
-    values = block.values[i].tolist()
-    texts = list(map(float.__repr__, values))
+    row = block.values[i]
+    texts = shortest_texts(row)
+    if texts is None:  # a NaN or an infinity: written as before, by `repr`
+        texts = list(map(float.__repr__, row.tolist()))
     for j in np.flatnonzero(block.integers[i]).tolist():
-        texts[j] = str(int(values[j]))
+        texts[j] = str(int(row[j]))
     return _row_template(block.left, block.right, style_id, ' t="n"').format(block.top + i,
                                                                             *texts)
 
@@ -304,12 +307,18 @@ _VALUE = re.compile(rb"<v>([^<]*)</v>")
 _PLAIN_CELL_BYTES = re.compile(rb'<c r="([A-Z]+\d+)"(?: s="(\d+)")?(?: t="n")?><v>([^<]*)</v></c>')
 
 
+# where a skeleton holds its row number (no byte of a cell's XML is 0)
+_ROW_SLOT = b"\x00"
+
+
 @functools.lru_cache(maxsize=256)
-def _skeleton(left: int, right: int, style: bytes, typed: bool) -> str:
-    """A row of plain number cells without their <v> elements, {0} for the row number:
-    '<c r="C{0}" s="3" t="n"></c><c r="D{0}" …'."""
+def _skeleton(left: int, right: int, style: bytes, typed: bool) -> bytes:
+    """A row of plain number cells without their <v> elements, _ROW_SLOT for the row
+    number: '<c r="C\\0" s="3" t="n"></c><c r="D\\0" …' (a bytes.replace per row, not a
+    format call with a field per cell)."""
     attrs = (f' s="{style.decode()}"' if style else "") + (' t="n"' if typed else "")
-    return "".join(f'<c r="{_letters(col)}{{0}}"{attrs}></c>' for col in range(left, right + 1))
+    return "".join(f'<c r="{_letters(col)}\x00"{attrs}></c>'
+                   for col in range(left, right + 1)).encode()
 
 
 def _span(xml: bytes, first: bytes, last: bytes, body_start: int, body_end: int,
@@ -372,10 +381,12 @@ class _Candidate:
             self.plain = False
             return None
         cols = self.right - self.left + 1
-        try:
-            values = np.fromiter(map(float, texts), np.float64, len(texts))
-        except ValueError:
-            values = None
+        values = parsed_numbers(texts)
+        if values is None:  # a number JSON does not spell (`.5`, `+1`): `float` reads it
+            try:
+                values = np.fromiter(map(float, texts), np.float64, len(texts))
+            except ValueError:
+                values = None
         if values is None or values.shape != (cols,) or not np.isfinite(values).all():
             self.plain = False
             return None
@@ -404,7 +415,8 @@ class _Candidate:
             return None
         typed = b' t="n">' in xml[start:first.start(3)]
         parts = _VALUE.split(xml[start:end])
-        expected = _skeleton(self.left, self.right, style, typed).format(row).encode()
+        expected = _skeleton(self.left, self.right, style, typed).replace(_ROW_SLOT,
+                                                                           str(row).encode())
         if b"".join(parts[0::2]) != expected:
             return self._numbers_one_by_one(row, xml, span, style)
         self.style = style

@@ -19,6 +19,7 @@ from workbook_builder.sheet.declare import Series, text_of
 from workbook_builder.sheet.places import Placed, drawn_series
 from workbook_builder.sheet.refs import cell_ref, quote_sheet, range_ref
 from workbook_builder.sheet.styles import NAME_FONT
+from workbook_builder.xlsx.of_openpyxl import merge_row
 
 
 def add_chart(ws: Worksheet, placed: Placed, blocks: Mapping[str, Block],
@@ -32,8 +33,7 @@ def add_chart(ws: Worksheet, placed: Placed, blocks: Mapping[str, Block],
     series = drawn_series(chart, blocks)
     write_text(ws, top, left, text_of(chart.title, params)).font = NAME_FONT
     if cols > 1:  # the title spans the chart (and the sheet's extent its slot)
-        ws.merge_cells(start_row=top, start_column=left, end_row=top,
-                       end_column=left + cols - 1)
+        merge_row(ws, top, left, left + cols - 1)
     drawn = {"scatter": ScatterChart, "line": LineChart, "bar": BarChart}[chart.kind]()
     if chart.kind == "scatter":  # the schema requires a style: lines and markers
         drawn.scatterStyle = "lineMarker"

@@ -82,7 +82,7 @@ from workbook_builder.sheet.styles import (
 )
 from workbook_builder.sheet.text_rows import TextRows, wrapped_lines
 from workbook_builder.sheet.widths import fit_columns
-from workbook_builder.xlsx.of_openpyxl import copy_style, openpyxl_shortcuts
+from workbook_builder.xlsx.of_openpyxl import copy_style, merge_row, openpyxl_shortcuts
 
 
 class SheetWriter:
@@ -188,8 +188,7 @@ class SheetWriter:
         cell.font = BOLD_FONT if bold else TEXT_FONT
         cell.alignment = Alignment(wrap_text=True, vertical="bottom")  # on its blocks
         if right > left:
-            self.ws.merge_cells(start_row=row, start_column=left, end_row=row,
-                                end_column=right)
+            merge_row(self.ws, row, left, right)
         lines = wrapped_lines(text, right - left + 1, FONT_PT)
         current = self.ws.row_dimensions[row].height or COMPACT_ROW_PT
         self.ws.row_dimensions[row].height = max(current, lines * COMPACT_ROW_PT)
@@ -368,8 +367,7 @@ class SheetWriter:
         cell.font = font
         cell.alignment = Alignment(wrap_text=True, vertical="top")
         if block.right > label_col:
-            self.ws.merge_cells(start_row=row, start_column=label_col, end_row=row,
-                                end_column=block.right)
+            merge_row(self.ws, row, label_col, block.right)
         lines = wrapped_lines(text, block.right - label_col + 1, font.sz)
         if lines > 1 or font.sz < FONT_PT:
             current = self.ws.row_dimensions[row].height or 0

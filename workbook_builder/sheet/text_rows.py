@@ -8,6 +8,7 @@ from openpyxl.styles import Alignment
 from openpyxl.worksheet.worksheet import Worksheet
 
 from workbook_builder.sheet.printing import FONT_PT, PrintUnit
+from workbook_builder.xlsx.of_openpyxl import merge_row
 
 
 def has_cjk(text: str) -> bool:
@@ -44,8 +45,7 @@ class TextRows:
             if unit is None or not isinstance(cell.value, str):
                 continue
             right = min(max(unit.right, self.margin + 5), self.margin + max_width - 1)
-            ws.merge_cells(start_row=row, start_column=self.margin, end_row=row,
-                           end_column=right)
+            merge_row(ws, row, self.margin, right)
             cell.alignment = Alignment(wrap_text=True, vertical="top")
             self.columns[row] = right - self.margin + 1
         self.fit(ws)

@@ -18,7 +18,9 @@ from collections.abc import Iterator
 from copy import copy
 
 import openpyxl
-from openpyxl.cell.cell import Cell
+from openpyxl.cell.cell import Cell, MergedCell
+from openpyxl.utils import get_column_letter
+from openpyxl.worksheet.merge import MergedCellRange
 
 from workbook_builder.xlsx.versions import supported
 
@@ -272,6 +274,26 @@ def copy_style(source: Cell, target: Cell, shortcuts: bool | None = None) -> Non
     target.font, target.fill = copy(source.font), copy(source.fill)
     target.border, target.alignment = copy(source.border), copy(source.alignment)
     target.number_format, target.protection = source.number_format, copy(source.protection)
+
+
+def merge_row(ws, row: int, left: int, right: int, shortcuts: bool | None = None) -> None:
+    """Merge columns left … right of one row. openpyxl's `merge_cells` makes a MergedCell
+    object for every covered cell (a title over a 1,536-column block: 1,535 of them), to
+    give the edge cells the first cell's border; with no border on the first cell those
+    objects hold nothing, are written as bare `<c r="…"/>` and are made again on load from
+    the merge itself. So only the merge and its last cell (the sheet's extent, which the
+    column widths and the print area read) are recorded then."""
+    first = ws.cell(row, left)
+    if not openpyxl_shortcuts(shortcuts) or first.has_style and any(
+            side is not None and side.style is not None
+            for side in (first.border.top, first.border.left, first.border.right,
+                         first.border.bottom)):
+        ws.merge_cells(start_row=row, start_column=left, end_row=row, end_column=right)
+        return
+    ws.merged_cells.add(MergedCellRange(
+        ws, f"{get_column_letter(left)}{row}:{get_column_letter(right)}{row}"))
+    if right > left:
+        ws._cells[row, right] = MergedCell(ws, row, right)
 
 
 def cell_with_style_id(ws, style_id: int) -> Cell:

@@ -537,17 +537,29 @@ class DirectCalculation:
         self._check_grid_cells()
         # each cell's formula node (its index), -2 for a constant, -1 for none
         owners = [_Grid(-1, np.int64) for _ in self._sheet_names]
+
+        def held() -> int:  # cells the grids hold: as many as were set if no two overlap
+            return sum(int((tile != -1).sum()) for grid in owners for tile in grid.tiles.values())
+
+        boxed = 0
         for index, (_, _, (sheet, r0, r1, c0, c1), _, _) in enumerate(self._formulas):
-            if (owners[sheet].get(r0, r1, c0, c1) != -1).any():
-                raise CalculationRefused("two formulas fill one cell")
             owners[sheet].set(r0, r1, c0, c1, index)
+            boxed += (r1 - r0) * (c1 - c0)
+        if boxed != held():
+            raise CalculationRefused("two formulas fill one cell")
+        blocks = []
         for (sheet, r0, r1, c0, c1), value in self._constants.values():
-            if (owners[sheet].get(r0, r1, c0, c1) != -1).any():
-                raise CalculationRefused("two nodes hold one cell")
             if isinstance(value, ArrayRows):  # a block of numbers: laid over, not stored
-                owners[sheet].lay(r0, r1, c0, c1, -2)
+                blocks.append((sheet, r0, r1, c0, c1))
             else:
                 owners[sheet].set(r0, r1, c0, c1, -2)
+                boxed += (r1 - r0) * (c1 - c0)
+        if boxed != held():
+            raise CalculationRefused("two nodes hold one cell")
+        for sheet, r0, r1, c0, c1 in blocks:
+            if (owners[sheet].get(r0, r1, c0, c1) != -1).any():
+                raise CalculationRefused("two nodes hold one cell")
+            owners[sheet].lay(r0, r1, c0, c1, -2)
         found: dict[tuple, tuple[int, ...]] = {}
         # the boxes holding a cell of no node: only their solution entries give those
         # cells' (empty) values; the others' cells all come with their nodes
