@@ -20,6 +20,7 @@ from helpers.sheets import formulas_of
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.formula import ArrayFormula
 
+from workbook_builder.book.files import open_workbook
 from workbook_builder.engines import internals
 from workbook_builder.engines.formulas_engine import FormulasModel, _quiet_numpy, _solution_values
 from workbook_builder.engines.internals import direct_calc, of_formulas, of_schedula
@@ -92,6 +93,26 @@ def assert_same_as_the_engines_own(path):
 def test_plain_loop_equals_the_engines_own_loader_and_calculation(tmp_path, kind_name,
                                                                   label, params, layout):
     assert_same_as_the_engines_own(build(tmp_path, kind_name, params, layout=layout))
+
+
+# inputs of at least CONSTANT_BLOCK_CELLS cells, kept as arrays: what a formula reads of
+# them is the block's float64 numbers, not an object per cell
+# (the engine's own calculation of a gpt this size takes 10 s: those two are slow-tier)
+LARGE_BLOCKS = [("multihead", {"seq_len": 3, "d_model": 64, "heads": 4}, "blocks"),
+                pytest.param("gpt", {"seq_len": 3, "d_model": 64, "heads": 2, "d_ff": 8,
+                                     "layers": 1, "vocab": 64}, "blocks", marks=pytest.mark.slow),
+                pytest.param("gpt", {"seq_len": 2, "d_model": 64, "heads": 2, "d_ff": 4,
+                                     "layers": 1, "vocab": 64}, "cells", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("kind_name,params,layout", LARGE_BLOCKS)
+def test_blocks_kept_as_arrays_give_the_engines_own_values(tmp_path, kind_name, params,
+                                                            layout):
+    path = build(tmp_path, kind_name, params, layout=layout)
+    wb = open_workbook(path, array_blocks=True)
+    assert any(isinstance(entry, direct_calc.ArrayRows)
+               for entry in FormulasModel(wb, path.name)._entries.values())
+    assert_same_as_the_engines_own(path)
 
 
 def test_awkward_formulas_equal_the_engines_own(tmp_path):

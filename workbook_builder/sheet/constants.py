@@ -68,10 +68,19 @@ def constant_blocks(ws) -> list[ConstantBlock]:
     return _BLOCKS.get(ws, []) if isinstance(ws, Worksheet) else []
 
 
+_WHOLE_NUMBER_ROWS_AT_ONCE = 1 << 20
+
+
 def whole_numbers(values: np.ndarray) -> np.ndarray:
     """The cells written as integers (the sheet shows 1, not 1.0): whole numbers within the
     range a double holds exactly."""
-    return (np.mod(values, 1) == 0) & (np.abs(values) < EXACT_INTEGERS)
+    if values.size <= _WHOLE_NUMBER_ROWS_AT_ONCE:
+        return (np.mod(values, 1) == 0) & (np.abs(values) < EXACT_INTEGERS)
+    # a row at a time: a model's table would take two temporary copies of itself
+    whole = np.empty(values.shape, bool)
+    for i, row in enumerate(values):
+        whole[i] = (np.mod(row, 1) == 0) & (np.abs(row) < EXACT_INTEGERS)
+    return whole
 
 
 def _style_cell(ws: Worksheet, style: Cell) -> Cell:
@@ -87,7 +96,9 @@ def add_constant_block(ws: Worksheet, top: int, left: int, values: np.ndarray,
                        style: Cell, integers: np.ndarray | None = None) -> ConstantBlock:
     """Keep `values` as the cells from (top, left) on, each styled as `style` (a cell of
     the same workbook; its style is copied)."""
-    values = np.array(values, dtype=float)
+    # the caller's array itself, read-only (a model's weights are not held twice)
+    values = np.asarray(values, dtype=float).view()
+    values.flags.writeable = False
     template = _style_cell(ws, style)
     block = ConstantBlock(top, left, values,
                           whole_numbers(values) if integers is None else integers, template)

@@ -35,6 +35,7 @@ from workbook_builder.engines.internals.of_formulas import (
     independent_of_position,
     template_keys,
 )
+from workbook_builder.engines.internals.fast_functions import BlockNumbers
 from workbook_builder.engines.internals.of_schedula import FormulaLoop
 from workbook_builder.sheet.refs import column_letters, column_number, formula_form, sheet_name
 
@@ -102,13 +103,15 @@ class ArrayRows:
 
     def cells(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """Rows r0…r1-1, columns c0…c1-1 (0-based, of the block) as the engine's node holds
-        them: an object array of Python floats, and ints where `integers` says."""
+        them: an object array of Python floats, and ints where `integers` says; without an
+        int, the block's own float64 numbers (BlockNumbers)."""
         part = self.values[r0:r1, c0:c1]
-        held = part.astype(object)
         whole = self.integers[r0:r1, c0:c1]
-        if whole.any():
-            at = np.nonzero(whole)
-            held[at] = [int(x) for x in part[at].tolist()]
+        if not whole.any():
+            return part.view(BlockNumbers)
+        held = part.astype(object)
+        at = np.nonzero(whole)
+        held[at] = [int(x) for x in part[at].tolist()]
         return held
 
 
