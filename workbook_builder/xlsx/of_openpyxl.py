@@ -290,7 +290,9 @@ def merge_row(ws, row: int, left: int, right: int, shortcuts: bool | None = None
                          first.border.bottom)):
         ws.merge_cells(start_row=row, start_column=left, end_row=row, end_column=right)
         return
-    ws.merged_cells.add(MergedCellRange(
+    # into the set itself: MultiCellRange.add first looks for a range holding the new one
+    # among all before it (2,692 titles: 3.6 million comparisons); the layout's never overlap
+    ws.merged_cells.ranges.add(MergedCellRange(
         ws, f"{get_column_letter(left)}{row}:{get_column_letter(right)}{row}"))
     if right > left:
         ws._cells[row, right] = MergedCell(ws, row, right)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.engines.internals import CalculationRefused
+from workbook_builder.engines.internals.fast_functions import BlockNumbers
 from workbook_builder.engines.internals.of_formulas import (
     formula_shortcuts,
     formulas_changes,
@@ -35,7 +36,6 @@ from workbook_builder.engines.internals.of_formulas import (
     independent_of_position,
     template_keys,
 )
-from workbook_builder.engines.internals.fast_functions import BlockNumbers
 from workbook_builder.engines.internals.of_schedula import FormulaLoop
 from workbook_builder.sheet.refs import column_letters, column_number, formula_form, sheet_name
 
