@@ -8,6 +8,9 @@ block's weights named with the suffix _L1 … _LL.
   h_0 = EMBEDDED;   h_l = block_l(h_{l−1});   FINAL = LNF(h_L)
   LOGITS = FINAL·WTEᵀ (the output layer tied to the embedding)
   NEXT_PROBS = softmax(last row of LOGITS);   NEXT_TOKEN = argmax (the first on a tie)
+With the vocabulary down the rows (`params.logits_down_rows`: a vocabulary wider than a
+sheet's row, or asked for) the same steps come transposed, as the sheet lays them out:
+  LOGITS = WTE·FINALᵀ (vocab × n);   NEXT_EXP, NEXT_PROBS one column (vocab × 1)
 """
 
 import numpy as np
@@ -41,4 +44,7 @@ def gpt_ref(inputs: dict[str, np.ndarray], params) -> dict[str, np.ndarray]:
     steps["NEXT_SUM"] = steps["NEXT_EXP"].sum(keepdims=True)
     steps["NEXT_PROBS"] = steps["NEXT_EXP"] / steps["NEXT_SUM"]
     steps["NEXT_TOKEN"] = np.array([[float(np.argmax(steps["NEXT_PROBS"][0]))]])
+    if params.logits_down_rows:  # LOGITS = WTE·FINALᵀ = (FINAL·WTEᵀ)ᵀ
+        for name in ("LOGITS", "NEXT_EXP", "NEXT_PROBS"):
+            steps[name] = steps[name].T
     return steps

@@ -79,6 +79,10 @@ CASES = {
     **both_layouts("gpt_n2_two_layers", "gpt",
                    {"seq_len": 2, "d_model": 2, "heads": 1, "d_ff": 1, "layers": 2,
                     "vocab": 3}),
+    # the vocabulary down the rows: LOGITS = WTE·FINALᵀ, the next token's softmax a column
+    **both_layouts("gpt_n2_vocab_down_rows", "gpt",
+                   {"seq_len": 2, "d_model": 2, "heads": 1, "d_ff": 1, "layers": 1,
+                    "vocab": 3, "vocab_down_rows": True}),
     **both_layouts("kv_cache_n2_gqa_bias", "kv-cache",
                    {"seq_len": 2, "d_model": 2, "heads": 2, "kv_heads": 1, "bias": True}),
     **both_layouts("llama_block_n2_biases", "llama-block",

@@ -8,7 +8,13 @@ import openpyxl
 import pytest
 from helpers.books import evaluated_blocks
 from helpers.cli import cli, one_line_error
-from helpers.models import assert_close, engine_values, gpt2_forward, realistic_gpt2
+from helpers.models import (
+    assert_close,
+    engine_values,
+    gpt2_forward,
+    realistic_gpt2,
+    save_tiny_gpt2,
+)
 from helpers.requires import requires_libreoffice, requires_transformers
 from helpers.sheets import formulas_of
 
@@ -46,6 +52,40 @@ def test_gpt_logits_equal_gpt2_lm_head_model(tiny_gpt2, tmp_path, layout):
     if layout == "blocks":
         ran = cli("check", path, "--engine", "all")
         assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize("layout", ["cells", "blocks"])
+def test_the_vocabulary_down_the_rows_equals_gpt2_lm_head_model(tiny_gpt2, tmp_path, layout):
+    """--vocab-down-rows: LOGITS = WTE·FINALᵀ is GPT2LMHeadModel's logits transposed (one
+    row per token id, one column per position), NEXT_PROBS one column, its softmax at the
+    last position, and NEXT_TOKEN its argmax."""
+    _, logits = gpt2_forward(tiny_gpt2, IDS)
+    path = tmp_path / f"gpt_down_{layout}.xlsx"
+    book = api.build("gpt", path, checkpoint=tiny_gpt2, token_ids=IDS, layout=layout,
+                     vocab_down_rows=True)
+    got = evaluated_blocks(path, book.values, ["LOGITS", "NEXT_PROBS", "NEXT_TOKEN"])
+    assert got["LOGITS"].shape == (50, 6) and got["NEXT_PROBS"].shape == (50, 1)
+    assert_close(got["LOGITS"], logits.T, f"{layout} LOGITS")
+    assert_close(got["NEXT_PROBS"][:, 0], softmax(logits[-1]), f"{layout} NEXT_PROBS")
+    assert got["NEXT_TOKEN"][0, 0] == np.argmax(logits[-1])
+    assert api.check(book).passed
+
+
+def test_a_checkpoint_wider_than_a_row_lays_its_vocabulary_down_the_rows(tmp_path):
+    """A vocabulary of 16,384 ids, one more than a row of logits holds beside its labels,
+    needs no flag: the checkpoint's sheet has LOGITS 16,384 × n, and its last id, beyond
+    column XFD across, is a row like the others."""
+    folder = save_tiny_gpt2(tmp_path / "wide", n_embd=4, n_layer=1, vocab=16_384,
+                            n_positions=4)
+    ids = [16_383, 7, 9_000]
+    _, logits = gpt2_forward(folder, ids)
+    path = tmp_path / "wide.xlsx"
+    book = api.build("gpt", path, checkpoint=folder, token_ids=ids, layout="blocks")
+    assert not book.params.vocab_down_rows and book.params.logits_down_rows
+    got = evaluated_blocks(path, book.values, ["LOGITS", "NEXT_TOKEN"])
+    assert got["LOGITS"].shape == (16_384, 3)
+    assert_close(got["LOGITS"], logits.T, "LOGITS")
+    assert got["NEXT_TOKEN"][0, 0] == np.argmax(logits[-1])
 
 
 def test_gpt_at_a_realistic_size(tmp_path):

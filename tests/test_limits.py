@@ -15,7 +15,17 @@ from helpers.cli import cli, one_line_error, peak_memory
 from helpers.requires import requires_libreoffice
 from openpyxl.worksheet.formula import ArrayFormula
 
+from workbook_builder.sheet.constants import CONSTANT_BLOCK_CELLS
 from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.limits import (
+    DEFAULT_MAX_CELLS,
+    EXCEL_COLS,
+    EXCEL_ROWS,
+    MAX_ARRAY_CELLS,
+    place_kind,
+    plan_build,
+    plan_extent,
+)
 from workbook_builder.sheet.names import find_name
 from workbook_builder.sheet.request import BuildRequest, ExerciseSpec
 
@@ -44,6 +54,42 @@ def test_a_sheet_beyond_excels_grid_is_refused_at_once(tmp_path, args, flag):
     assert list(tmp_path.iterdir()) == []
 
 
+GPT2_SMALL = ["--vocab", "50257", "--d-model", "768", "--heads", "12", "--layers", "12",
+              "--seq-len", "8"]
+
+
+def test_gpt2_small_fits_the_grid_with_its_vocabulary_down_the_rows(tmp_path):
+    """GPT-2 small's 50,257 ids go down the rows (LOGITS 50,257 × 8): the plan fits Excel's
+    grid and MAX_ARRAY_CELLS, and what refuses it is the count of cells written one by one,
+    naming LOGITS, the largest of them (WTE, held as an array, is not counted there)."""
+    kind = KINDS["gpt"]
+    params = make_params(kind, {"vocab": 50257, "d_model": 768, "heads": 12, "layers": 12,
+                                "seq_len": 8})
+    request = plan_build(kind, params, layout="blocks", array_block_cells=CONSTANT_BLOCK_CELLS,
+                         max_cells=10**9)
+    extent = plan_extent(request)
+    assert extent.rows <= EXCEL_ROWS and extent.cols <= EXCEL_COLS
+    assert 50257 * 768 < extent.array_cells <= MAX_ARRAY_CELLS
+    logits = place_kind(request).blocks["LOGITS"]
+    assert (logits.rows, logits.cols) == (50257, 8)
+    out = tmp_path / "gpt2.xlsx"
+    done, peak_mb = peak_memory("build", "gpt", "-o", out, "--layout", "blocks", *GPT2_SMALL)
+    line = one_line_error(done)
+    assert f"more than --max-cells {DEFAULT_MAX_CELLS:,}" in line
+    assert "block LOGITS is 50,257×8" in line, line
+    assert peak_mb < OVERSIZED_BUILD_BOUND_MB and not out.exists()
+
+
+def test_a_vocabulary_beyond_the_rows_is_refused_at_once(tmp_path):
+    """Down the rows a vocabulary is bounded by Excel's 1,048,576 rows: two million ids
+    are refused in one line naming --vocab, before a block is made."""
+    out = tmp_path / "big.xlsx"
+    done, peak_mb = peak_memory("build", "gpt", "-o", out, "--vocab", "2000000")
+    line = one_line_error(done)
+    assert "1,048,576" in line and "lower --vocab" in line, line
+    assert peak_mb < OVERSIZED_BUILD_BOUND_MB and not out.exists()
+
+
 def test_max_cells_is_a_stated_default_and_a_flag(tmp_path):
     out = tmp_path / "a.xlsx"
     line = one_line_error(cli("build", "attention", "-o", out, "--max-cells", "20"))
@@ -61,8 +107,6 @@ def test_max_cells_is_a_stated_default_and_a_flag(tmp_path):
 def test_the_planned_extent_is_the_built_sheets(tmp_path, name):
     """The plan places every block where the writer puts it: the same data cells, and the
     sheet's last row and column (an exercise's marks and self-check table included)."""
-    from workbook_builder.sheet.limits import plan_extent
-
     kind = KINDS[name]
     values = kind.test_cases[0]
     params = make_params(kind, values)

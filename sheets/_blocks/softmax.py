@@ -5,8 +5,9 @@
     ℓ_i  = Σ_j p_ij                                    overflowing and changes no weight
     a_ij = p_ij / ℓ_i
 
-`softmax_band` is the band itself, over every row of a block or over its last row only (a
-language model's next token), with the words of the kind that uses it; `softmax_steps` is
+`softmax_band` is the band itself, over every row of a block, over its last row only (a
+language model's next token) or down its last column only (the same, with the vocabulary
+down the rows), with the words of the kind that uses it; `softmax_steps` is
 the band as attention's weights, named ROW_MAX, EXP, ROW_SUM and WEIGHTS.
 """
 
@@ -20,16 +21,25 @@ from workbook_builder.sheet.declare import Labels, Size
 def softmax_band(source: str, names: Sequence[str], equations: Sequence[str],
                  explanations: Sequence[str], mask: str | None = None,
                  last_row: Size | None = None, corner: str = "",
-                 row_labels: Labels | None = None, col_labels: Labels | None = None) -> list:
+                 row_labels: Labels | None = None, col_labels: Labels | None = None,
+                 last_col: Size | None = None) -> list:
     """The softmax of each row of `source` as four steps named `names` (the max, the
     exponentials, their sum, the result), each with its equation and explanation. A
     causal `mask` (a 0/1 block, 1 where key j ≤ query i) ends each row's max at the
     diagonal and zeroes the masked exponentials (shown grey as –). `last_row`, the width
     of `source`: the softmax of its last row only, one row of that width (its max and sum
-    one cell each; no mask). `corner` and `col_labels` are those of the exponentials and
-    the result; `row_labels` those of all four."""
-    if mask and last_row is not None:
+    one cell each; no mask). `last_col`, the height of `source`: the softmax of its last
+    column only, one column of that height (a block laid out transposed). `corner` and the
+    labels along the softmax (`col_labels`; down a column, `row_labels`) are those of the
+    exponentials and the result; the labels across it those of all four."""
+    if mask and (last_row is not None or last_col is not None):
         raise ValueError("the last row's softmax takes no mask: that row sees every key")
+    if last_row is not None and last_col is not None:
+        raise ValueError("the softmax runs along the last row or down the last column, "
+                         "not both")
+    if last_col is not None:
+        return _softmax_down_last_column(source, names, equations, explanations, last_col,
+                                         corner, row_labels, col_labels)
     row_max, exp, row_sum, out = names
     if last_row is None:
         # m_i = max_{j allowed} z_ij;  p = exp(z − m), 0 where masked;  ℓ_i = Σ_j p_ij
@@ -60,6 +70,36 @@ def softmax_band(source: str, names: Sequence[str], equations: Sequence[str],
             # a_ij = p_ij / ℓ_i
             Step(out, equations[3], Map("={P}/{L}", P=exp, L=row_sum), explanations[3],
                  heatmap=True, corner=corner, **wide, **masked)]
+
+
+def _softmax_down_last_column(source: str, names: Sequence[str], equations: Sequence[str],
+                              explanations: Sequence[str], height: Size, corner: str,
+                              along: Labels | None, across: Labels | None) -> list:
+    """`softmax_band` down the last column of `source` (`height` rows): the band of the
+    last row, transposed. `along` labels the rows of the exponentials and the result,
+    `across` the columns of all four."""
+    row_max, exp, col_sum, out = names
+
+    def last(env) -> int:
+        return env[source].cols - 1
+
+    # m = max_v z_vn;  p_v = exp(z_vn − m);  ℓ = Σ_v p_v   (n the last column)
+    largest = ByRow(BROADCAST, BROADCAST, per_cell=True, row=lambda i, j, env:
+                    f"=MAX({env[source].col(last(env))})")
+    shifted = ByRow(height, 1, lambda i, j, env:
+                    f"=EXP({env[source].cell(i, last(env))}-{env[row_max].fixed(0, 0)})",
+                    whole=lambda env: f"=EXP({env[source].col(last(env))}-"
+                                      f"{env[row_max].fixed(0, 0)})")
+    across_labels = {} if across is None else {"col_labels": across}
+    tall = {**across_labels, **({} if along is None else {"row_labels": along})}
+    return [Step(row_max, equations[0], largest, explanations[0], row_labels=["max"],
+                 **across_labels),
+            Step(exp, equations[1], shifted, explanations[1], corner=corner, **tall),
+            Step(col_sum, equations[2], Reduce("=SUM({P})", P=exp), explanations[2],
+                 row_labels=["sum"], **across_labels),
+            # a_v = p_v / ℓ
+            Step(out, equations[3], Map("={P}/{L}", P=exp, L=col_sum), explanations[3],
+                 heatmap=True, corner=corner, **tall)]
 
 
 def softmax_steps(scaled: str = "SCALED", mask: str | None = None, suffix: str = "",

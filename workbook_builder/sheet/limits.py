@@ -228,11 +228,13 @@ def check_fits(request: BuildRequest, max_cells: int = DEFAULT_MAX_CELLS) -> Ext
             raise UserError(f"{kind.name}: the sheet would be at least {block.bottom:,} rows "
                             f"long, more than Excel's {EXCEL_ROWS:,} ({shape}); "
                             f"{_lower(params, block.rows)}") from None
+        # the largest block of those the crossed count counts
+        counted = [b for b in beyond.blocks.values()
+                   if (b.name in beyond.arrays) == (beyond.limit == "array_cells")]
+        big = max(counted, key=lambda b: b.rows * b.cols)
         if beyond.limit == "array_cells":
-            big = max(beyond.blocks.values(), key=lambda b: b.rows * b.cols)
             raise UserError(_arrays_too_large(kind, params, None, big.name, big.rows,
                                               big.cols)) from None
-        big = max(beyond.blocks.values(), key=lambda b: b.rows * b.cols)
         copies = " (twice: the exercise's hidden key repeats them)" if \
             exercise is not None and exercise.self_check else ""
         raise UserError(f"{kind.name}: the workbook would hold more than --max-cells "

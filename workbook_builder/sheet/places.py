@@ -149,11 +149,13 @@ NO_LIMITS = Limits()
 class PlanBeyond(Exception):
     """A planned block crosses a limit; raised at the first such block, before the rest of
     the sheet is even declared (a sheet far too large is refused at once). `blocks`: the
-    named blocks placed so far, this one included."""
+    named blocks placed so far, this one included; `arrays`: those of them held as arrays
+    (counted towards `array_cells`, not `cells`)."""
 
-    def __init__(self, block: Block, blocks: dict[str, Block], limit: str = ""):
+    def __init__(self, block: Block, blocks: dict[str, Block], limit: str = "",
+                 arrays: frozenset[str] = frozenset()):
         super().__init__(block.name)
-        self.block, self.blocks = block, blocks
+        self.block, self.blocks, self.arrays = block, blocks, arrays
         self.limit = limit  # "cells" or "array_cells" when it is a count that is crossed
 
 
@@ -241,6 +243,7 @@ class _Placer:
         self.bottom, self.right = 3, 1  # the title's three lines
         self.cells = 0
         self.array_cells = 0  # of input blocks held as arrays (Limits.array_from)
+        self.arrays: set[str] = set()  # their names
 
     def result(self) -> SheetPlacement:
         return SheetPlacement(tuple(self.placed), tuple(self.units), self.compact,
@@ -403,6 +406,7 @@ class _Placer:
         if role == "input" and limits.array_from is not None and \
                 rows * cols >= limits.array_from:
             self.array_cells += rows * cols
+            self.arrays.add(name)
         else:
             self.cells += rows * cols
         self._grow(block.bottom, block.right)
@@ -410,9 +414,9 @@ class _Placer:
                 (limits.cols is not None and block.right > limits.cols):
             raise PlanBeyond(block, dict(self.blocks))
         if limits.cells is not None and self.cells > limits.cells:
-            raise PlanBeyond(block, dict(self.blocks), "cells")
+            raise PlanBeyond(block, dict(self.blocks), "cells", frozenset(self.arrays))
         if limits.array_cells is not None and self.array_cells > limits.array_cells:
-            raise PlanBeyond(block, dict(self.blocks), "array_cells")
+            raise PlanBeyond(block, dict(self.blocks), "array_cells", frozenset(self.arrays))
         if limits.hand_side is not None and max(rows, cols) > limits.hand_side:
             raise HandTooLarge(block)
         return block
