@@ -63,6 +63,18 @@ def test_read_blocks_of_a_file_reads_its_large_inputs_as_arrays_in_one_pass(tmp_
         assert list(frames[name].index) == list(frame.index)
 
 
+def test_an_input_kept_as_an_array_block_can_be_changed(tmp_path):
+    """A block of 64 × 64 weights is written from the layout's own (read-only) array:
+    editing it through the API changes the workbook, and its check follows."""
+    book = api.build("multihead", tmp_path / "m.xlsx", seq_len=3, d_model=64, heads=4,
+                     layout="blocks")
+    before = api.read_blocks(book)["CONCAT"].to_numpy(float)
+    book.set_input("W_Q", 0, 0, 4.0)
+    assert api.read_blocks(book)["W_Q"].to_numpy(float)[0, 0] == 4.0
+    assert not np.allclose(api.read_blocks(book)["CONCAT"].to_numpy(float), before)
+    assert api.check(book).passed
+
+
 def test_an_input_changed_through_the_api_is_checked_from_the_workbook():
     book = api.build("attention", tokens=TOKENS, inputs=TUTORIAL)
     before = api.read_blocks(book)["WEIGHTS"].to_numpy(float)

@@ -100,8 +100,11 @@ def add_constant_block(ws: Worksheet, top: int, left: int, values: np.ndarray,
     values = np.asarray(values, dtype=float).view()
     values.flags.writeable = False
     template = _style_cell(ws, style)
-    block = ConstantBlock(top, left, values,
-                          whole_numbers(values) if integers is None else integers, template)
+    if integers is None:
+        integers = whole_numbers(values)
+    if not integers.any():  # a model's weights: one False for every cell, not a byte each
+        integers = np.broadcast_to(np.False_, values.shape)
+    block = ConstantBlock(top, left, values, integers, template)
     _BLOCKS.setdefault(ws, []).append(block)
     return block
 
@@ -173,6 +176,10 @@ def set_number(ws: Worksheet, row: int, col: int, value: float) -> None:
     for block in constant_blocks(ws):
         if block.holds(row, col):
             i, j = row - block.top, col - block.left
+            if not block.values.flags.writeable:  # the layout's inputs themselves: copied
+                block.values = block.values.copy()
+            if not block.integers.flags.writeable:
+                block.integers = block.integers.copy()
             block.values[i, j] = value
             block.integers[i, j] = False  # a float stays a float, as in a cell
             return

@@ -48,7 +48,9 @@ _CELL = re.compile(r"([A-Z]{1,3})(\d+)")
 # blocks of numbers kept as arrays, ArrayRows, lie over them); beyond this many such cells
 # the engine's sparse graph is the better store
 MOST_GRID_CELLS = 16_000_000
-_TILE_ROWS, _TILE_COLS = 128, 256  # a grid's cells are stored in tiles of this size
+# a grid's cells are stored in tiles of this size: narrow, as a model's sheet has columns of
+# labels 50,257 rows tall (tiles 256 wide held 100 MB of nothing for each, in each grid)
+_TILE_ROWS, _TILE_COLS = 128, 32
 
 _BOX, _NAME = 0, 1
 _PLAIN = (str, int, float, bool)  # values np.asarray([[value]], object) holds as they are
@@ -124,10 +126,15 @@ class _Grid:
         self.fill, self.dtype = fill, dtype
         self.tiles: dict[tuple[int, int], np.ndarray] = {}
         self.laid: list[tuple[int, int, int, int, Any]] = []  # r0, r1, c0, c1, source
+        self._borrowed: set[tuple[int, int]] = set()  # tiles shared with the grid copied
 
     def copy(self) -> "_Grid":
+        """A grid of the same cells whose tiles are copied when first written (a model's
+        grid of labels and results is a gigabyte; a calculation writes a part of it)."""
         grid = _Grid(self.fill, self.dtype)
-        grid.tiles = {at: tile.copy() for at, tile in self.tiles.items()}
+        grid.tiles = dict(self.tiles)
+        grid._borrowed = set(self.tiles)
+        self._borrowed.update(self.tiles)  # written here later, the copy must not see it
         grid.laid = list(self.laid)
         return grid
 
@@ -138,7 +145,11 @@ class _Grid:
         self.laid = [laid for laid in self.laid if laid[4] is not source]
 
     def _tile(self, at: tuple[int, int]) -> np.ndarray:
+        """The tile at `at`, to be written: made if missing, copied if borrowed."""
         tile = self.tiles.get(at)
+        if tile is not None and at in self._borrowed:
+            tile = self.tiles[at] = tile.copy()
+            self._borrowed.discard(at)
         if tile is None:
             tile = self.tiles[at] = np.empty((_TILE_ROWS, _TILE_COLS), self.dtype)
             tile.fill(self.fill)  # np.full would store the EMPTY token as a plain str
