@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.engines.internals import CalculationRefused
-from workbook_builder.engines.internals.fast_functions import BlockNumbers
+from workbook_builder.engines.internals.fast_functions import block_numbers
 from workbook_builder.engines.internals.of_formulas import (
     formula_shortcuts,
     formulas_changes,
@@ -110,7 +110,7 @@ class ArrayRows:
         part = self.values[r0:r1, c0:c1]
         whole = self.integers[r0:r1, c0:c1]
         if not whole.any():
-            return part.view(BlockNumbers)
+            return block_numbers(part)
         held = part.astype(object)
         at = np.nonzero(whole)
         held[at] = [int(x) for x in part[at].tolist()]

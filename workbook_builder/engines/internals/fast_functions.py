@@ -34,11 +34,27 @@ _NUMBER_TYPES = frozenset({float, int, np.float64})
 _EXACT_INTEGERS = 2.0 ** 53
 
 
-class BlockNumbers(np.ndarray):
-    """A block of numbers kept as an array, as float64 where the engine's node would hold
-    an object array of Python floats: the same numbers without a Python object each (a
-    model's 50,257 × 768 table is 0.3 GB so, 1.2 GB as objects). A product over it adds in
-    order, as the engine's dot does over objects (`_fast_mmult`)."""
+@functools.cache
+def _block_numbers_type() -> type:
+    from formulas.functions import Array
+
+    class BlockNumbers(Array):
+        """A block of numbers kept as an array, as float64 where the engine's node would
+        hold an object array of Python floats: the same numbers without a Python object
+        each (a model's 50,257 × 768 table is 0.3 GB so, 1.2 GB as objects). An engine
+        Array, so a range node takes it as it is; a product over it adds in order, as the
+        engine's dot does over objects (`_fast_mmult`)."""
+
+    return BlockNumbers
+
+
+def block_numbers(values: np.ndarray) -> np.ndarray:
+    """A float64 block's numbers as the engine's node holds them (see BlockNumbers)."""
+    return values.view(_block_numbers_type())
+
+
+def _is_block_numbers(value) -> bool:
+    return isinstance(value, _block_numbers_type())
 
 
 class _Refused(Exception):
@@ -234,7 +250,7 @@ def _fast_mmult(left, right):
         raise _Refused
     if isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and \
             x.dtype == y.dtype == np.float64 and \
-            not isinstance(x, BlockNumbers) and not isinstance(y, BlockNumbers):
+            not _is_block_numbers(x) and not _is_block_numbers(y):
         return np.dot(x, y).astype(float).view(Array)
     # int × int stays an exact Python int, as do sums of such products: the same as
     # float64 while they stay within the exactly representable integers
