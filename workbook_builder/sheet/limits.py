@@ -36,6 +36,9 @@ EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
 # formula cells and inputs written cell by cell, of one build (answer key included): each
 # costs the writer a cell object, ~1-45 KB
 DEFAULT_MAX_CELLS = 2_000_000
+# the cells layout makes a cell object and a formula node for each: 600,000 of them
+# (gpt --vocab 100000) took 1.4 GB before failing; the blocks layout builds it in 0.9 GB
+MOST_CELLS_LAYOUT_CELLS = 500_000
 # inputs held as arrays (blocks of CONSTANT_BLOCK_CELLS or more, `sheet/constants.py`):
 # ~9 bytes each in memory, ~20-40 in the file's XML; GPT-2 small's weights are 124 M
 MAX_ARRAY_CELLS = 200_000_000
@@ -193,7 +196,11 @@ def plan_build(kind, params, tokens: list[str] | None = None, *,
     labels (`tokens`, or the kind's own), then the whole sheet (`check_fits`)."""
     check_sizes(kind, params, max_cells)  # before anything is allocated
     made = BuildRequest(kind, params, kind.labels(params, tokens), **request)
-    check_fits(made, max_cells)
+    extent = check_fits(made, max_cells)
+    if made.layout == "cells" and extent.cells > MOST_CELLS_LAYOUT_CELLS:
+        raise UserError(f"{kind.name}: the sheet would write {extent.cells:,} cells one by "
+                        f"one, more than the cells layout takes ({MOST_CELLS_LAYOUT_CELLS:,}: "
+                        f"a formula object each); build it with --layout blocks")
     return made
 
 
