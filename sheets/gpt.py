@@ -155,6 +155,13 @@ class Gpt(LayerNormKind):
                             "1 … --layers")
 
     @classmethod
+    def describe(cls, p):
+        # vocab_down_rows=False would read as "across" where the vocabulary is too wide
+        wide = p.logits_down_rows and not p.vocab_down_rows
+        return super().describe(p) + (" (the vocabulary down the rows: wider than Excel's "
+                                       "columns)" if wide else "")
+
+    @classmethod
     def sections(cls, p):
         stack = []
         for layer in range(1, p.layers + 1):

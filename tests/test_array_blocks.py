@@ -19,11 +19,11 @@ from openpyxl.worksheet.formula import ArrayFormula
 
 from workbook_builder import api
 from workbook_builder.book import sheet_xml
-from workbook_builder.book.files import open_workbook, save_atomic
+from workbook_builder.book.files import open_workbook, save_atomic, saved_values
 from workbook_builder.checking.check import check_workbook, read_inputs
 from workbook_builder.engines.formulas_engine import FormulasModel
-from workbook_builder.engines.gnumeric import ssconvert_path
-from workbook_builder.engines.libreoffice import convert
+from workbook_builder.engines.gnumeric import recalculate, ssconvert_path
+from workbook_builder.engines.libreoffice import convert, read_values
 from workbook_builder.sheet.constants import (
     ConstantBlock,
     blocks_with_cells,
@@ -203,6 +203,38 @@ def test_a_file_saved_by_libreoffice_reads_the_same_both_ways(tmp_path, monkeypa
     resaved = convert(path, "xlsx", out)
     fast, general, _ = _values_read_both_ways(resaved, monkeypatch)
     assert _same_typed(fast, general) == []
+
+
+@pytest.mark.parametrize("engine", [
+    pytest.param("libreoffice", marks=requires_libreoffice),
+    pytest.param("gnumeric", marks=requires_gnumeric)])
+def test_an_applications_copy_is_read_with_its_blocks_of_plain_numbers_left_out(tmp_path,
+                                                                              monkeypatch,
+                                                                              engine):
+    """`saved_values` (what check reads of an application's recalculated copy) gives every
+    cell `read_values` gives, the same, except those of the named blocks of plain numbers
+    (the inputs: no caller looks them up), which it reads in bulk and leaves out: all of
+    them in LibreOffice's copy; Gnumeric writes its cells otherwise, read as before."""
+    path = _written(tmp_path, "multihead", FIRST_CASES["multihead"], "blocks", 1, "m.xlsx")
+    out = tmp_path / engine
+    out.mkdir()
+    saved = convert(path, "xlsx", out) if engine == "libreoffice" else \
+        recalculate(path, out / "m.xlsx")
+    monkeypatch.setattr(sheet_xml, "CONSTANT_BLOCK_CELLS", 1)
+    every, read = read_values(saved), saved_values(saved)
+    wb = openpyxl.load_workbook(saved)
+    inputs = KINDS["multihead"].input_shapes(make_params(KINDS["multihead"],
+                                                         FIRST_CASES["multihead"]))
+    plain = set()
+    for name in inputs:
+        where = find_name(wb, name, saved)
+        plain |= {(where.sheet.upper(), where.top + i, where.left + j)
+                  for i in range(where.shape[0]) for j in range(where.shape[1])}
+    assert plain and plain <= set(every)
+    left_out = set(every) - set(read)
+    assert left_out == (plain if engine == "libreoffice" else set()), left_out - plain
+    assert set(read) <= set(every)
+    assert _same_typed(read, {key: every[key] for key in read}) == []
 
 
 @pytest.mark.parametrize("engine", [

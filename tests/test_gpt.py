@@ -82,6 +82,10 @@ def test_a_checkpoint_wider_than_a_row_lays_its_vocabulary_down_the_rows(tmp_pat
     path = tmp_path / "wide.xlsx"
     book = api.build("gpt", path, checkpoint=folder, token_ids=ids, layout="blocks")
     assert not book.params.vocab_down_rows and book.params.logits_down_rows
+    # the parameter line says so beside vocab_down_rows=False, the flag not given
+    subtitle = openpyxl.load_workbook(path, read_only=True)["GPT"]["A2"].value
+    assert "vocab_down_rows=False (the vocabulary down the rows: wider than Excel's " \
+        "columns)" in subtitle, subtitle
     got = evaluated_blocks(path, book.values, ["LOGITS", "NEXT_TOKEN"])
     assert got["LOGITS"].shape == (16_384, 3)
     assert_close(got["LOGITS"], logits.T, "LOGITS")

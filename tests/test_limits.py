@@ -3,6 +3,7 @@ overflowing inputs, the size of a file read, and readers bounded by the defined 
 stray cell far down a returned file costs nothing). Big-file cases measure the peak memory
 of a new process."""
 
+import io
 import json
 import re
 import zipfile
@@ -60,22 +61,24 @@ GPT2_SMALL = ["--vocab", "50257", "--d-model", "768", "--heads", "12", "--layers
 
 def test_gpt2_small_fits_the_grid_with_its_vocabulary_down_the_rows(tmp_path):
     """GPT-2 small's 50,257 ids go down the rows (LOGITS 50,257 × 8): the plan fits Excel's
-    grid and MAX_ARRAY_CELLS, and what refuses it is the count of cells written one by one,
-    naming LOGITS, the largest of them (WTE, held as an array, is not counted there)."""
+    grid, MAX_ARRAY_CELLS and the default --max-cells, so it builds without a flag; a lower
+    --max-cells refuses it naming LOGITS, the largest block of those written one by one
+    (WTE, held as an array, is not counted there)."""
     kind = KINDS["gpt"]
     params = make_params(kind, {"vocab": 50257, "d_model": 768, "heads": 12, "layers": 12,
                                 "seq_len": 8})
-    request = plan_build(kind, params, layout="blocks", array_block_cells=CONSTANT_BLOCK_CELLS,
-                         max_cells=10**9)
+    request = plan_build(kind, params, layout="blocks", array_block_cells=CONSTANT_BLOCK_CELLS)
     extent = plan_extent(request)
     assert extent.rows <= EXCEL_ROWS and extent.cols <= EXCEL_COLS
     assert 50257 * 768 < extent.array_cells <= MAX_ARRAY_CELLS
+    assert 2_000_000 < extent.cells <= DEFAULT_MAX_CELLS
     logits = place_kind(request).blocks["LOGITS"]
     assert (logits.rows, logits.cols) == (50257, 8)
     out = tmp_path / "gpt2.xlsx"
-    done, peak_mb = peak_memory("build", "gpt", "-o", out, "--layout", "blocks", *GPT2_SMALL)
+    done, peak_mb = peak_memory("build", "gpt", "-o", out, "--layout", "blocks", *GPT2_SMALL,
+                                "--max-cells", "2000000")
     line = one_line_error(done)
-    assert f"more than --max-cells {DEFAULT_MAX_CELLS:,}" in line
+    assert "more than --max-cells 2,000,000" in line
     assert "block LOGITS is 50,257×8" in line, line
     assert peak_mb < OVERSIZED_BUILD_BOUND_MB and not out.exists()
 
@@ -94,10 +97,11 @@ def test_max_cells_is_a_stated_default_and_a_flag(tmp_path):
     out = tmp_path / "a.xlsx"
     line = one_line_error(cli("build", "attention", "-o", out, "--max-cells", "20"))
     assert "--max-cells 20 " in line and "raise --max-cells" in line
-    # an exercise's hidden key repeats every block: 700² × 5 square blocks, twice
-    line = one_line_error(cli("build", "attention", "-o", out, "--seq-len", "700",
+    # an exercise's hidden key repeats every block: 800² × 4 square blocks and more, twice
+    line = one_line_error(cli("build", "attention", "-o", out, "--seq-len", "800",
                               "--exercise", "WEIGHTS"))
-    assert "2,000,000" in line and "hidden key" in line and "lower --seq-len" in line
+    assert f"{DEFAULT_MAX_CELLS:,}" in line and "hidden key" in line, line
+    assert "lower --seq-len" in line, line
     assert one_line_error(cli("build", "attention", "-o", out, "--max-cells", "0"))
     assert not out.exists()
     assert cli("build", "attention", "-o", out, "--max-cells", "200").returncode == 0
@@ -324,3 +328,50 @@ def test_libreoffice_gets_only_the_part_the_names_cover(tmp_path):
     print(f"check --engine libreoffice of the stray file: {peak_mb:.0f} MB")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert peak_mb < MEMORY_BOUND_MB
+
+
+def test_a_sheet_is_trimmed_a_piece_at_a_time_without_splitting_a_row(monkeypatch):
+    """The copy an application recalculates streams each sheet through in pieces cut where
+    a row starts: tiny pieces give the same XML as one piece, the dimension and the rows
+    below the names gone, every other row (a self-closing one included) kept whole."""
+    from workbook_builder.engines import cached_values
+
+    def row(n: int) -> bytes:
+        cells = "".join(f'<c r="{col}{n}"><v>{n}.{col}</v></c>' for col in "ABC")
+        return f'<row r="{n}" spans="1:3">{cells}</row>'.encode()
+
+    kept = [row(n) for n in range(1, 40)] + [b'<row r="40"/>']
+    stray = [row(1000), row(1001)]
+    head = b'<worksheet><dimension ref="A1:C1001"/><sheetData>'
+    tail = b'</sheetData><pageMargins left="0.7"/></worksheet>'
+    xml = head + b"".join(kept + stray) + tail
+    wanted = b'<worksheet><sheetData>' + b"".join(kept) + tail
+    for size in (1, 7, 64, len(xml) + 1):
+        monkeypatch.setattr(cached_values, "_PIECE_BYTES", size)
+        pieces = list(cached_values.trimmed_rows(io.BytesIO(xml), 40))
+        assert b"".join(pieces) == wanted, size
+        # pieces smaller than a row: a piece for each row, none for a part of one
+        assert len(pieces) >= len(kept + stray) if size < len(row(1)) else len(pieces) < 4
+
+
+def test_a_workbook_libreoffice_cannot_load_is_refused_before_it_is_read(tmp_path,
+                                                                          monkeypatch):
+    """LibreOffice loads no part over 2 GiB unpacked (GPT-2 small's sheet is 7.45 GB):
+    `check --engine libreoffice` says so in one line before reading the file. (The bound
+    is lowered here to a small workbook's sheet.)"""
+    from workbook_builder.checking import check
+    from workbook_builder.engines import libreoffice
+    from workbook_builder.errors import UserError
+
+    path = build(tmp_path, "attention", ATTENTION)
+    with zipfile.ZipFile(path) as book:
+        largest = max(book.infolist(), key=lambda info: info.file_size)
+    monkeypatch.setattr(libreoffice, "MOST_PART_BYTES", largest.file_size - 1)
+    monkeypatch.setattr(check, "open_workbook", lambda *a, **k: pytest.fail("read"))
+    with pytest.raises(UserError) as refused:
+        check.check_workbook(path, "libreoffice")
+    line = str(refused.value)
+    assert f"its part {largest.filename} unpacks to {largest.file_size:,} bytes" in line
+    assert "LibreOffice loads no part over 2 GiB" in line and "--engine formulas" in line
+    monkeypatch.setattr(libreoffice, "MOST_PART_BYTES", largest.file_size)
+    libreoffice.refuse_parts_beyond_libreoffice(path)  # at the bound: loads

@@ -31,6 +31,7 @@ from workbook_builder.engines.libreoffice import (
     INSTALL_HINT,
     convert,
     has_chinese_font,
+    read_values,
     require_installed,
     soffice_path,
 )
@@ -38,16 +39,20 @@ from workbook_builder.errors import UserError
 from workbook_builder.sheet.cells import is_formula_cell
 from workbook_builder.sheet.kind import Kind, complete_inputs, make_params
 from workbook_builder.sheet.limits import (
+    EXCEL_COLS,
+    EXCEL_ROWS,
     MAX_CELL_XML_BYTES,
     MAX_WORKBOOK_BYTES,
     check_grid,
     check_names,
     check_results_finite,
+    named_extent,
 )
 from workbook_builder.sheet.refs import parse_range
 from workbook_builder.sheet.request import BuildRequest
 from workbook_builder.xlsx.of_openpyxl import (
     load_workbook,
+    openpyxl_shortcuts,
     save_workbook,
     stored_cells,
 )
@@ -135,6 +140,22 @@ def open_workbook(path: Path, data_only: bool = False, array_blocks: bool = Fals
     check_grid(wb, path)
     check_names(wb, path)
     return wb
+
+
+def saved_values(path: Path) -> CellValues:
+    """The values a spreadsheet application saved in its recalculated copy at `path`,
+    within the part of each sheet the defined names cover: every formula's and every
+    cell's around them, but not a named block of plain numbers (an input the application
+    left as it was), read in bulk and left out as the `formulas` engine leaves out the
+    input blocks: callers look up formula cells. The whole MiniLM's copy holds 22 M
+    such numbers, which `read_values` makes a dict entry of each (6.4 GB)."""
+    if not openpyxl_shortcuts():
+        return read_values(path)
+    wb = load_with_constant_blocks(path, data_only=True)
+    rows, cols = named_extent(wb) or (EXCEL_ROWS, EXCEL_COLS)
+    return {(ws.title.upper(), cell.row, cell.column): cell.value for ws in wb.worksheets
+            for cell in stored_cells(ws)
+            if cell.value is not None and cell.row <= rows and cell.column <= cols}
 
 
 def check_size(path: Path, array_blocks: bool = False) -> None:

@@ -11,11 +11,11 @@ import numpy as np
 from workbook_builder.book.reading import read_bounded, regular_file
 from workbook_builder.errors import UserError
 
-# 2,000,000 numbers (the default --max-cells) at up to ~24 characters each, with commas,
-# brackets and indentation: a larger inputs file is refused before it is parsed (parsing
-# JSON takes several times the text's size in memory)
+# 2,000,000 numbers at up to ~24 characters each, with commas, brackets and indentation:
+# a larger inputs file is refused before it is parsed (parsing JSON takes several times
+# the text's size in memory); a model's weights come from --checkpoint, read as a stream
 MAX_INPUTS_BYTES = 64 * 2**20
-_TOO_BIG = "more numbers than a workbook of --max-cells 2,000,000 holds"
+_TOO_BIG = "a model's weights come with --checkpoint"
 
 
 def load_inputs(specs: list[str]) -> dict[str, np.ndarray]:

@@ -259,9 +259,10 @@ def _sheet_pieces(xml: str, placed, sheet: str, values: CellValues | None) -> It
 
 @contextlib.contextmanager
 def _compressing_beside(stream) -> Iterator:
-    """A `write(text)` that gathers text into pieces of about a megabyte, and a thread that
-    encodes nothing but writes (compresses) them into `stream`: zlib lets go of Python's
-    lock while it compresses, so the next rows are made meanwhile, on the other core."""
+    """A `write(text)` that gathers text into pieces of _PIECE_BYTES (16 MB), and a thread
+    that encodes nothing but writes (compresses) them into `stream`: zlib lets go of
+    Python's lock while it compresses, so the next rows are made meanwhile, on the other
+    core."""
     pieces: queue.Queue = queue.Queue(maxsize=2)  # at most four pieces made at once
     failed: list[BaseException] = []
 
@@ -563,7 +564,7 @@ def _chunks_beside(stream) -> Iterator[bytes]:
 
 def _read_sheet(stream, candidates: list[_Candidate], array_results: bool = False,
                 where: str = "the workbook") -> bytes:
-    """The sheet's XML, read from `stream` a few megabytes at a time, without the cells of
+    """The sheet's XML, read from `stream` _READ_BYTES (16 MB) at a time, without the cells of
     its candidates that are plain numbers (each candidate's rows are read on the way),
     without its array formulas' stored results (`_ArrayMembers`; kept with
     `array_results`) and its merged ranges, and with plain inline text as string values.

@@ -5,6 +5,7 @@ from the file (a teacher may have edited them); the actual blocks come from eval
 workbook's own formulas. Every named step block is compared cell by cell.
 """
 
+import functools
 import html
 import math
 import tempfile
@@ -18,7 +19,8 @@ import numpy as np
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 
-from workbook_builder.book.files import open_workbook
+from workbook_builder.book.files import open_workbook, saved_values
+from workbook_builder.book.reading import check_zip_directory
 from workbook_builder.book.workbook import BookSpec, read_spec, spec_request
 from workbook_builder.checking.placement import Placement, hold_to_layout
 from workbook_builder.engines.formulas_engine import (
@@ -31,6 +33,7 @@ from workbook_builder.engines.gnumeric import evaluate_with_gnumeric, ssconvert_
 from workbook_builder.engines.libreoffice import INSTALL_HINT as LIBREOFFICE_HINT
 from workbook_builder.engines.libreoffice import (
     evaluate_with_libreoffice,
+    refuse_parts_beyond_libreoffice,
     require_installed,
     soffice_path,
 )
@@ -53,9 +56,11 @@ from workbook_builder.xlsx.of_openpyxl import stored_cells
 RELATIVE_TOLERANCE = 1e-9
 
 Engine = Callable[[Path, Workbook | None], CellValues]  # the file, and it loaded (if at hand)
-ENGINES: dict[str, Engine] = {"formulas": evaluate_with_formulas,
-                              "libreoffice": evaluate_with_libreoffice,
-                              "gnumeric": evaluate_with_gnumeric}
+# an application's saved copy read with its inputs' blocks in bulk, not a cell at a time
+ENGINES: dict[str, Engine] = {
+    "formulas": evaluate_with_formulas,
+    "libreoffice": functools.partial(evaluate_with_libreoffice, read=saved_values),
+    "gnumeric": functools.partial(evaluate_with_gnumeric, read=saved_values)}
 
 
 @dataclass(frozen=True)
@@ -315,6 +320,9 @@ def check_workbook(path: Path, engine: str = "formulas", values: CellValues | No
     (by the build that wrote the file, or by one LibreOffice run over many files), and
     `workbook` the file as openpyxl loaded it; `progress` hears what is being done."""
     started = time.perf_counter()
+    if engine == "libreoffice" and values is None:  # before minutes of reading such a file
+        check_zip_directory(path)  # bounded before zipfile lists the parts
+        refuse_parts_beyond_libreoffice(path, "; check it with --engine formulas")
     progress(f"reading {path.name}")
     wb = open_workbook(path, array_blocks=True) if workbook is None else workbook
     spec = read_spec(wb, path)

@@ -10,6 +10,7 @@ copy from a private temporary folder.
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from workbook_builder.engines.cached_values import trimmed_copy
@@ -58,11 +59,14 @@ def recalculate_many(paths: list[Path], outdir: Path) -> list[Path]:
         return list(pool.map(recalculate, map(Path, paths), targets))
 
 
-def evaluate_with_gnumeric(path: Path, wb=None) -> CellValues:
-    """Every cell value after Gnumeric recalculated the workbook. Given the workbook
-    loaded, its formulas are bounded before Gnumeric starts (`check_application_input`)."""
+def evaluate_with_gnumeric(path: Path, wb=None,
+                           read: Callable[[Path], CellValues] | None = None) -> CellValues:
+    """Every cell value after Gnumeric recalculated the workbook, as `read` (default
+    `read_values`) reads the saved copy. Given the workbook loaded, its formulas are
+    bounded before Gnumeric starts (`check_application_input`)."""
     if wb is not None:
         check_application_input(wb, Path(path).name)
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
         trimmed = trimmed_copy(Path(path), Path(outdir) / "trimmed.xlsx")
-        return read_values(recalculate(trimmed, Path(outdir) / "recalculated.xlsx"))
+        return (read or read_values)(recalculate(trimmed,
+                                                 Path(outdir) / "recalculated.xlsx"))

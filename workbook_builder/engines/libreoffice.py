@@ -11,6 +11,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from workbook_builder.xlsx.of_openpyxl import load_workbook
 
 INSTALL_HINT = "apt-get install libreoffice-calc-nogui"
 TIMEOUT_S = 600
+# LibreOffice (7.4) loads no workbook with a part of more than 2 GiB unpacked: "source file
+# could not be loaded" within a second (measured: a sheet of 2,100,025,792 bytes loads, one
+# of 2,200,025,792 does not). GPT-2 small's sheet is 7.45 GB.
+MOST_PART_BYTES = 2**31 - 1
 
 _RECALC_ALWAYS = """<?xml version="1.0" encoding="UTF-8"?>
 <oor:items xmlns:oor="http://openoffice.org/2001/registry"
@@ -77,6 +82,20 @@ def run_program(command: list[str], title: str, timeout: float,
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+def refuse_parts_beyond_libreoffice(path: Path, instead: str = "") -> None:
+    """Refuse, in one line before LibreOffice starts, a workbook it cannot load: one with a
+    part over MOST_PART_BYTES unpacked (`instead`: what to do, after a semicolon)."""
+    try:
+        with zipfile.ZipFile(path) as book:
+            largest = max(book.infolist(), key=lambda info: info.file_size, default=None)
+    except (OSError, zipfile.BadZipFile):
+        return  # not a zip: the reader, or LibreOffice, says so
+    if largest is not None and largest.file_size > MOST_PART_BYTES:
+        raise UserError(f"{path}: LibreOffice cannot load it: its part {largest.filename} "
+                        f"unpacks to {largest.file_size:,} bytes, and LibreOffice loads no "
+                        f"part over 2 GiB ({MOST_PART_BYTES + 1:,} bytes){instead}")
+
+
 def convert(path: Path, target_format: str, outdir: Path) -> Path:
     """Open `path` in headless LibreOffice (recalculating everything) and save it as
     `target_format` ('xlsx' or 'pdf') in `outdir`; returns the new file."""
@@ -88,6 +107,8 @@ def convert_many(paths: list[Path], target_format: str, outdir: Path,
     """`convert` for several files in one LibreOffice start (start-up dominates);
     `progress` hears how many are done while it runs (their stems must differ)."""
     soffice = require_installed(soffice_path(), "LibreOffice", INSTALL_HINT)
+    for path in paths:
+        refuse_parts_beyond_libreoffice(path)
     with tempfile.TemporaryDirectory(prefix="attnsheets-lo-") as profile:
         user = Path(profile) / "user"
         user.mkdir()
@@ -129,17 +150,20 @@ def read_values(path: Path) -> CellValues:
         wb.close()
 
 
-def evaluate_with_libreoffice(path: Path, wb=None) -> CellValues:
+def evaluate_with_libreoffice(path: Path, wb=None,
+                              read: Callable[[Path], CellValues] | None = None) -> CellValues:
     """Every cell value after LibreOffice recalculated the workbook (the part its defined
-    names cover: `trimmed_copy`). Given the workbook loaded, its formulas are bounded
-    before LibreOffice starts (`check_application_input`)."""
+    names cover: `trimmed_copy`), as `read` (default `read_values`) reads the saved copy.
+    Given the workbook loaded, its formulas are bounded before LibreOffice starts
+    (`check_application_input`)."""
+    refuse_parts_beyond_libreoffice(Path(path), "; check it with --engine formulas")
     if wb is not None:
         check_application_input(wb, Path(path).name)
     with tempfile.TemporaryDirectory(prefix="attnsheets-out-") as outdir:
         inside = Path(outdir) / "trimmed"  # apart from LibreOffice's output, of the same name
         inside.mkdir()
         trimmed = trimmed_copy(Path(path), inside / Path(path).name)
-        return read_values(convert(trimmed, "xlsx", Path(outdir)))
+        return (read or read_values)(convert(trimmed, "xlsx", Path(outdir)))
 
 
 CJK_FONT_HINT = "apt-get install fonts-noto-cjk"

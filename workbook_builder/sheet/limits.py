@@ -33,9 +33,12 @@ from workbook_builder.xlsx.of_openpyxl import stored_cells
 
 EXCEL_ROWS, EXCEL_COLS = 1_048_576, 16_384
 EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
-# formula cells and inputs written cell by cell, of one build (answer key included): each
-# costs the writer a cell object, ~1-45 KB
-DEFAULT_MAX_CELLS = 2_000_000
+# formula cells and inputs written cell by cell, of one build (answer key included). In
+# the blocks layout a formula cell costs ~4 µs and ~230 bytes (attention --seq-len 1000
+# --d-model 4 --d-k 4: 4,018,000 built in 15 s at 0.91 GB, checked in 16 s at 0.99 GB);
+# GPT-2 small holds 2,242,565 beside its weights held as arrays. The cells layout, a cell
+# object and a formula node each, has a lower bound of its own (MOST_CELLS_LAYOUT_CELLS).
+DEFAULT_MAX_CELLS = 4_000_000
 # the cells layout makes a cell object and a formula node for each: 600,000 of them
 # (gpt --vocab 100000) took 1.4 GB before failing; the blocks layout builds it in 0.9 GB
 MOST_CELLS_LAYOUT_CELLS = 500_000
