@@ -162,11 +162,9 @@ def trimmed_rows(sheet, last_row: int):
         data = sheet.read(_PIECE_BYTES)
         text = held + data
         cut = text.rfind(_ROW_START) if data else len(text)
-        if cut <= 0:  # no row starts after the first byte: read on
+        if data and cut <= 0:  # no row starts after the first byte: read on
             held = text
-            if data:
-                continue
-            cut = len(text)
+            continue
         piece, held = text[:cut], text[cut:]
         if first:
             piece, first = _DIMENSION.sub(b"", piece, count=1), False

@@ -36,7 +36,7 @@ EXCEL_CELL_CHARS = 32_767          # Excel (and openpyxl) cut longer text short
 # formula cells and inputs written cell by cell, of one build (answer key included). In
 # the blocks layout a formula cell costs ~4 µs and ~230 bytes (attention --seq-len 1000
 # --d-model 4 --d-k 4: 4,018,000 built in 15 s at 0.91 GB, checked in 16 s at 0.99 GB);
-# GPT-2 small holds 2,242,565 beside its weights held as arrays. The cells layout, a cell
+# GPT-2 small holds 2,236,421 beside its weights held as arrays. The cells layout, a cell
 # object and a formula node each, has a lower bound of its own (MOST_CELLS_LAYOUT_CELLS).
 DEFAULT_MAX_CELLS = 4_000_000
 # the cells layout makes a cell object and a formula node for each: 600,000 of them
