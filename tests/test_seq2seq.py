@@ -22,6 +22,7 @@ from helpers.books import (
 from helpers.cli import build_refused, cli, one_line_error
 from helpers.requires import requires_gnumeric, requires_libreoffice, requires_torch
 from helpers.sheets import cells_in
+from helpers.tutorial import save_state_dicts, tutorial_modules
 
 from reference.seq2seq import seq2seq_ref
 from workbook_builder.checking.check import check_workbook
@@ -32,97 +33,6 @@ from workbook_builder.engines.libreoffice import evaluate_with_libreoffice
 from workbook_builder.sheet.names import find_name
 
 RTOL, ATOL = 1e-12, 1e-15
-
-
-def tutorial_modules(src_vocab: int, tgt_vocab: int, hidden: int, seed: int,
-                     bidirectional: bool = False):
-    """The tutorial's three modules as it writes them (its MAX_LENGTH, SOS_token and
-    device made arguments), in float64 and eval mode, with their own random init;
-    `bidirectional`, the encoder's GRU runs both ways and its outputs are combined as
-    PyTorch's chatbot tutorial does (the sum of the two directions, the forward h_n as the
-    decoder's first state)."""
-    import torch
-    from torch import nn
-    from torch.nn import functional as F  # noqa: N812  (the tutorial's name)
-
-    class EncoderRNN(nn.Module):
-        def __init__(self, input_size, hidden_size, dropout_p=0.1):
-            super().__init__()
-            self.hidden_size = hidden_size
-            self.embedding = nn.Embedding(input_size, hidden_size)
-            self.gru = nn.GRU(hidden_size, hidden_size, batch_first=True,
-                              bidirectional=bidirectional)
-            self.dropout = nn.Dropout(dropout_p)
-
-        def forward(self, input):
-            embedded = self.dropout(self.embedding(input))
-            output, hidden = self.gru(embedded)
-            if bidirectional:  # the chatbot tutorial's sum; its encoder_hidden[:n_layers]
-                size = self.hidden_size
-                output, hidden = output[:, :, :size] + output[:, :, size:], hidden[:1]
-            return output, hidden
-
-    class BahdanauAttention(nn.Module):
-        def __init__(self, hidden_size):
-            super().__init__()
-            self.Wa = nn.Linear(hidden_size, hidden_size)
-            self.Ua = nn.Linear(hidden_size, hidden_size)
-            self.Va = nn.Linear(hidden_size, 1)
-
-        def forward(self, query, keys):
-            scores = self.Va(torch.tanh(self.Wa(query) + self.Ua(keys)))
-            scores = scores.squeeze(2).unsqueeze(1)
-            weights = F.softmax(scores, dim=-1)
-            context = torch.bmm(weights, keys)
-            return context, weights
-
-    class AttnDecoderRNN(nn.Module):
-        def __init__(self, hidden_size, output_size, dropout_p=0.1):
-            super().__init__()
-            self.embedding = nn.Embedding(output_size, hidden_size)
-            self.attention = BahdanauAttention(hidden_size)
-            self.gru = nn.GRU(2 * hidden_size, hidden_size, batch_first=True)
-            self.out = nn.Linear(hidden_size, output_size)
-            self.dropout = nn.Dropout(dropout_p)
-
-        def forward(self, encoder_outputs, encoder_hidden, target_tensor=None, *,
-                    max_length, sos_token, attention=True):
-            batch_size = encoder_outputs.size(0)
-            decoder_input = torch.empty(batch_size, 1, dtype=torch.long).fill_(sos_token)
-            decoder_hidden = encoder_hidden
-            decoder_outputs = []
-            attentions = []
-            for i in range(max_length):
-                decoder_output, decoder_hidden, attn_weights = self.forward_step(
-                    decoder_input, decoder_hidden, encoder_outputs, encoder_hidden, attention)
-                decoder_outputs.append(decoder_output)
-                attentions.append(attn_weights)
-                if target_tensor is not None:
-                    decoder_input = target_tensor[:, i].unsqueeze(1)  # Teacher forcing
-                else:
-                    _, topi = decoder_output.topk(1)
-                    decoder_input = topi.squeeze(-1).detach()
-            decoder_outputs = torch.cat(decoder_outputs, dim=1)
-            decoder_outputs = F.log_softmax(decoder_outputs, dim=-1)
-            attentions = torch.cat(attentions, dim=1) if attention else None
-            return decoder_outputs, decoder_hidden, attentions
-
-        def forward_step(self, input, hidden, encoder_outputs, encoder_hidden, attention):
-            embedded = self.dropout(self.embedding(input))
-            query = hidden.permute(1, 0, 2)
-            if attention:
-                context, attn_weights = self.attention(query, encoder_outputs)
-            else:  # the bottleneck: the encoder's last state at every step
-                context, attn_weights = encoder_hidden.permute(1, 0, 2), None
-            input_gru = torch.cat((embedded, context), dim=2)
-            output, hidden = self.gru(input_gru, hidden)
-            output = self.out(output)
-            return output, hidden, attn_weights
-
-    torch.manual_seed(seed)
-    encoder = EncoderRNN(src_vocab, hidden).double().eval()
-    decoder = AttnDecoderRNN(hidden, tgt_vocab).double().eval()
-    return encoder, decoder
 
 
 def inputs_from_modules(encoder, decoder) -> dict[str, np.ndarray]:
@@ -468,16 +378,6 @@ def test_cli_builds_a_labelled_translation_and_check_passes(tmp_path):
 
 # -- the tutorial's trained model, from its state dicts ------------------------------------------
 
-def save_state_dicts(path, encoder, decoder, extra=None, drop=()):
-    """The two modules' state dicts in one file, keys under encoder. and decoder."""
-    import torch
-
-    state = {**{f"encoder.{k}": v for k, v in encoder.state_dict().items()},
-             **{f"decoder.{k}": v for k, v in decoder.state_dict().items()}, **(extra or {})}
-    torch.save({k: v for k, v in state.items() if k not in drop}, path)
-    return path
-
-
 @requires_torch
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["gru", "bidirectional-gru"])
 def test_a_checkpoint_of_the_tutorials_modules_gives_the_sheet_of_the_model(tmp_path,
@@ -498,11 +398,15 @@ def test_a_checkpoint_of_the_tutorials_modules_gives_the_sheet_of_the_model(tmp_
     ("extra", [], "tensor decoder.gru.weight_ih_l1: a GRU of more than one layer"),
     ("reverse", [], "no tensor encoder.gru.weight_ih_l0_reverse (9×3 expected)"),
     ("decoder-reverse", [], "tensor decoder.gru.weight_hh_l0_reverse: a bidirectional GRU"),
-    (None, ["--bidirectional"], "--bidirectional: "),
+    (None, ["--bidirectional"], "--bidirectional True contradicts the checkpoint (its encoder "
+                                "GRU's tensors (encoder.gru.weight_ih_l0_reverse absent) give "
+                                "False)"),
     ("drop", [], "no tensor decoder.attention.Va.bias (1 expected)"),
     ("shape", [], "tensor decoder.out.weight has shape 7×4; 7×3 was expected"),
-    (None, ["--no-attention"], "--no-attention leaves the checkpoint's attention out"),
-    (None, ["--hidden", "4"], "--hidden 4 does not fit"),
+    (None, ["--no-attention"], "--no-attention True contradicts the checkpoint (its decoder's "
+                               "attention tensors give False)"),
+    (None, ["--hidden", "4"], "--hidden 4 contradicts the checkpoint (the shapes of its "
+                              "tensors give 3)"),
     (None, ["--token-ids", "1,6"], "token id 6 is outside the source vocabulary (0 … 5)"),
     (None, ["--text", "je suis"], "give the source sentence as --token-ids"),
 ])

@@ -32,6 +32,7 @@ from openpyxl.workbook.workbook import Workbook
 from workbook_builder.book.files import (
     check_writable,
     count_formula_cells,
+    expect_writes,
     export_pdf,
     open_workbook,
     parse_tokens,
@@ -52,7 +53,9 @@ from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.language.i18n import LANGS
 from workbook_builder.models.examples import MINILM_PIP, make_example
-from workbook_builder.models.families import KIND_FAMILIES
+from workbook_builder.models.readers import CHECKPOINT_KINDS as READER_KINDS
+from workbook_builder.models.readers import TWO_TEXT_KINDS as READER_TWO_TEXT_KINDS
+from workbook_builder.models.readers import reader_of
 from workbook_builder.registry import get_kind, load_kinds
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
@@ -68,6 +71,13 @@ from workbook_builder.sheet.limits import (
     plan_build,
 )
 from workbook_builder.sheet.names import NamedRange, find_name
+from workbook_builder.sheet.provenance import (
+    CheckpointParams,
+    checked_against_sources,
+    settle,
+    sources,
+    sources_line,
+)
 from workbook_builder.sheet.request import ExerciseSpec, make_spec
 
 AttnsheetsError = UserError
@@ -87,6 +97,7 @@ __all__ = [
     "installed_engines", "load_inputs", "make_spec",
     "open_workbook", "parse_token_ids", "parse_tokens", "read_spec", "reproduce",
     "resolve_params", "run_class", "run_demo", "real_model_demo", "MINILM_PIP",
+    "expect_writes",
     "check_catalog", "Findings"]
 
 # what only some commands use (a demo, a class, grading, a checkpoint, a tutorial) is
@@ -237,18 +248,9 @@ def _described(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-# the kinds `--checkpoint` can fill
-# kinds whose family module reads its checkpoints itself (no heads; other tensors):
-# kind -> (module, function)
-OWN_READERS = {"mamba-block": ("workbook_builder.models.mamba", "model_inputs"),
-               "kv-cache": ("workbook_builder.models.kv_cache", "kv_cache_inputs"),
-               "encoder": ("workbook_builder.models.encoder", "encoder_inputs"),
-               "transformer": ("workbook_builder.models.bart", "model_inputs"),
-               "seq2seq": ("workbook_builder.models.seq2seq", "seq2seq_inputs")}
-# the kind that embeds a second text (--text2, --token-ids2) beside the first, and takes a
-# tokenizer.json from elsewhere (--tokenizer: an ONNX file has none)
-TWO_TEXT_KINDS = ("encoder",)
-CHECKPOINT_KINDS = (*KIND_FAMILIES, *OWN_READERS)
+# the kinds `--checkpoint` can fill, and the one that embeds a second text: from the one
+# table of checkpoint readers (models/readers.py)
+CHECKPOINT_KINDS, TWO_TEXT_KINDS = READER_KINDS, READER_TWO_TEXT_KINDS
 # a real model's layer in the `cells` layout (one formula per cell, each reading a whole
 # row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
 # input cells `build` asks for `blocks`
@@ -265,7 +267,12 @@ if TYPE_CHECKING:  # pandas is imported on first use: it costs ~0.3 s at start-u
         real_model_demo,
         run_demo,
     )
-    from workbook_builder.models.loader import ModelInputs, parse_token_ids
+    from workbook_builder.models.loader import (  # noqa: F401 (imported on first use)
+        GivenText,
+        ModelInputs,
+        TokenIds,
+        parse_token_ids,
+    )
     from workbook_builder.teaching.catalog import Findings, check_catalog
     from workbook_builder.teaching.classroom import MANIFEST, ClassResult, run_class
     from workbook_builder.teaching.grade import Grade, grade_all, grade_file
@@ -278,10 +285,11 @@ class Book:
 
     def __init__(self, kind: type[Kind], params, workbook: Workbook, spec: BookSpec,
                  path: Path | None = None, values: CellValues | None = None,
-                 note: str | None = None):
+                 note: str | None = None, sources: str | None = None):
         self.kind, self.params, self.workbook, self.spec = kind, params, workbook, spec
         self.path = path
         self.note = note  # where the numbers come from (a checkpoint, an example)
+        self.sources = sources  # where each parameter comes from (sheet/provenance.py)
         self._values = values
 
     @property
@@ -375,6 +383,7 @@ def build(kind: str, path: str | Path | None = None, *,
         raise UserError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     labels_given = parse_tokens(tokens) if isinstance(tokens, str) else tokens
     given = _number_tables(inputs)
+    flags = dict(sizes)
     model = checkpoint_inputs(kind_class.name, sizes, checkpoint, layer, prefix, text,
                               token_ids, text2, token_ids2, tokenizer)
     preset = None
@@ -391,7 +400,15 @@ def build(kind: str, path: str | Path | None = None, *,
         given = {**{k: np.asarray(v, dtype=float) for k, v in preset.inputs.items()}, **given}
         sizes, note = {**preset.params, **sizes}, preset.note
         labels_given = labels_given or preset.tokens
-    params = resolve_params(kind_class, sizes, given, labels_given)
+    fixed = None if model is None else model.decided.fixed
+    params = checked_against_sources(
+        lambda values: resolve_params(kind_class, values, given, labels_given), sizes, fixed,
+        flags)
+    inferred = {**(kind_class.params_from_tokens(labels_given) if labels_given else {}),
+                **kind_class.infer_params(given)}
+    said = sources_line(params, sources(kind_class, params, flags=flags, fixed=fixed,
+                                        example=None if preset is None else preset.params,
+                                        inferred=inferred))
     if isinstance(exercise, str):
         exercise = make_spec(exercise, None, True)
     check_sizes(kind_class, params, max_cells)  # before anything is allocated
@@ -402,12 +419,12 @@ def build(kind: str, path: str | Path | None = None, *,
                             f"layout (one formula per cell); build it with --layout blocks")
     # saved at once: large input blocks go to the file without a cell object each
     request = plan_build(kind_class, params, labels_given, max_cells=max_cells, layout=layout,
-                         lang=lang, exercise=exercise, note=note,
+                         lang=lang, exercise=exercise, note=note, sources=said,
                          array_block_cells=None if path is None else CONSTANT_BLOCK_CELLS)
     complete = complete_inputs(kind_class, params, given, seed)
     check_results_finite(request, complete)
     workbook = build_workbook(request, complete)
-    book = Book(kind_class, params, workbook, book_spec(request), note=note)
+    book = Book(kind_class, params, workbook, book_spec(request), note=note, sources=said)
     if path is not None:
         book.save(path, force=force)
     return book
@@ -434,11 +451,14 @@ def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path |
     """What a checkpoint gives a build of `kind` (parameters, inputs, labels, a note for
     the sheet), or None without one; `sizes` are the flags given by hand."""
     ids, ids2 = token_ids, token_ids2
-    if isinstance(token_ids, str) or isinstance(token_ids2, str):
-        from workbook_builder.models.loader import parse_token_ids
+    if token_ids2 is not None or text2 is not None or isinstance(token_ids, str):
+        from workbook_builder.models.loader import GivenText, TokenIds, parse_token_ids
 
+        # the second text's ids and text carry their flag, which messages about them name
         ids = parse_token_ids(token_ids) if isinstance(token_ids, str) else token_ids
-        ids2 = parse_token_ids(token_ids2) if isinstance(token_ids2, str) else token_ids2
+        ids2 = parse_token_ids(token_ids2, "--token-ids2") if isinstance(token_ids2, str) \
+            else None if token_ids2 is None else TokenIds(token_ids2, "--token-ids2")
+        text2 = None if text2 is None else GivenText(text2, getattr(text2, "flag", "--text2"))
     second = {} if text2 is None and ids2 is None else {"text2": text2, "token_ids2": ids2}
     if tokenizer is not None:
         if kind not in TWO_TEXT_KINDS:
@@ -453,13 +473,16 @@ def checkpoint_inputs(kind: str, sizes: dict[str, Any], checkpoint: str | Path |
         if text is not None or ids is not None or layer or prefix is not None:
             raise UserError("--text, --token-ids, --layer and --prefix need --checkpoint")
         return None
-    from workbook_builder.models.loader import model_inputs
-
-    module, function = OWN_READERS.get(kind, (None, None))
-    read = model_inputs if module is None else \
-        getattr(importlib.import_module(module), function)
-    return read(kind, checkpoint, layer=layer, prefix=prefix, text=text, token_ids=ids,
-                explicit=sizes, **second)
+    reader = reader_of(kind)
+    if reader is None:
+        raise UserError(f"--checkpoint fills {', '.join(CHECKPOINT_KINDS)}, not {kind}")
+    model = reader.load()(kind, checkpoint, layer=layer, prefix=prefix, text=text,
+                          token_ids=ids, explicit=sizes, **second)
+    # every reader's decisions settled against the flags here, once (sheet/provenance.py)
+    decided = model.decided
+    model.decided = CheckpointParams(settle(get_kind(kind), decided, sizes), decided.free,
+                                     decided.family)
+    return model
 
 
 def check(path_or_book: str | Path | Book, engine: str = "formulas",

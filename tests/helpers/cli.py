@@ -5,6 +5,7 @@ line, a build refused in one, and a refusal that leaves its folder as it was."""
 import contextlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from workbook_builder.cli.app import main
+
+# a hostile input's command runs within these bounds (`capped`)
+ADDRESS_SPACE = 1_000_000_000  # bytes, as `prlimit --as` takes them
+TIMEOUT_S = 60
+PRLIMIT = shutil.which("prlimit")
+requires_prlimit = pytest.mark.skipif(PRLIMIT is None, reason="prlimit (util-linux) is "
+                                                              "not installed")
 
 # the start of `build attention` into {tmp}/a.xlsx, for the tables of arguments refused
 BUILD_ATTENTION = ["build", "attention", "-o", "{tmp}/a.xlsx"]
@@ -108,3 +118,27 @@ def refused_writing_nothing(tmp_path: Path, args: list[str]) -> str:
     line = one_line_error(cli(*[a.format(tmp=tmp_path) for a in args]))
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     return line
+
+
+def says_contradiction(says: str, line: str) -> bool:
+    """Whether `line` refuses a flag as `says` puts it: "--heads 1 contradicts config.json:
+    KEY gives V)" (the checkpoint's config.json, wherever its folder is) or "--pre-ln True
+    contradicts the checkpoint (BERT's layer gives False)"."""
+    flag, _, source = says.partition(" contradicts ")
+    return f"{flag} contradicts the checkpoint (" in line and \
+        source.removeprefix("the checkpoint (") in line
+
+
+def capped(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The command line as a user runs it, in a new process within 1 GB and 60 s."""
+    return subprocess.run([PRLIMIT, f"--as={ADDRESS_SPACE}", sys.executable, "-m",
+                           "workbook_builder", *map(str, args)], capture_output=True,
+                          text=True, errors="backslashreplace", timeout=TIMEOUT_S, cwd=cwd)
+
+
+def refused(done: subprocess.CompletedProcess) -> str:
+    """The one stderr line of a refusal: exit 2, no traceback."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]

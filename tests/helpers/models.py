@@ -386,3 +386,52 @@ def sentence_encodings(folder: Path, texts: list[str]):
         ids.append(tokens)
         states.append([h[0].numpy() for h in out.hidden_states])
     return np.asarray(embeddings, dtype=np.float64), ids, states
+
+
+def export_onnx(folder, family: str):
+    """A random BERT or DistilBERT (d = 10, 2 heads, 2 layers) exported by torch.onnx (opset
+    17, the length dynamic), and the same weights saved with save_pretrained."""
+    import warnings
+
+    import torch
+    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
+
+    warnings.simplefilter("ignore")
+    if family == "bert":
+        model = BertModel(BertConfig(vocab_size=17, hidden_size=10, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=14,
+                                     max_position_embeddings=24), add_pooling_layer=False)
+    else:
+        model = DistilBertModel(DistilBertConfig(vocab_size=17, dim=10, n_layers=2, n_heads=2,
+                                                 hidden_dim=14, max_position_embeddings=24))
+    torch.manual_seed(11)
+    with torch.no_grad():
+        for _, value in model.named_parameters():
+            value.normal_(0, 0.4)
+
+    ids = torch.tensor([[2, 5, 7, 9, 3]])
+    path = folder / f"{family}.onnx"
+    torch.onnx.export(last_hidden_state(model.eval()), (ids, torch.ones_like(ids)), str(path),
+                      input_names=["input_ids", "attention_mask"],
+                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                      dynamic_axes={name: {1: "n"} for name in
+                                    ("input_ids", "attention_mask", "last_hidden_state")})
+    model.save_pretrained(folder / "saved")
+    return path, folder / "saved"
+
+
+def last_hidden_state(model):
+    """`model` as a module whose one output is its last hidden state (an encoder's ONNX
+    export), taking input_ids and attention_mask."""
+    import torch
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids,
+                              attention_mask=attention_mask).last_hidden_state
+
+    return LastHiddenState(model)

@@ -105,3 +105,41 @@ def sheet_against(folder: Path, ids: list[int], steps: int, outputs, engine=None
         got = evaluated_blocks(path, engine(path), names)
     return book, worst_relative(got, memory, logits, steps), \
         got["GENERATED"][:, 0].astype(int).tolist()
+
+
+def save_tiny_marian(folder, seed=0, generation=None, **config):
+    """A MarianMTModel of random weights (linear weights N(0, 0.5), biases, LayerNorms and
+    final_logits_bias perturbed by N(0, 0.3)), saved with save_pretrained; `generation`
+    keys are written into its generation_config.json."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(seed)
+    model = MarianMTModel(MarianConfig(**{**MARIAN_SIZES, "init_std": 0.5, **config})).eval()
+    return save_perturbed(model, folder, generation, "layer_norm")
+
+
+def save_tiny_bart(folder, seed=0, generation=None, **config):
+    """A BartForConditionalGeneration of random weights (linear weights, the table and the
+    position tables N(0, 0.5); biases, LayerNorms and final_logits_bias perturbed by
+    N(0, 0.3)), saved with save_pretrained; `generation` keys are written into its
+    generation_config.json."""
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = BartForConditionalGeneration(
+        BartConfig(**{**BART_SIZES, "init_std": 0.5, **config})).eval()
+    return save_perturbed(model, folder, generation, "norm")
+
+
+# the tiny models' sizes (tests/test_transformer_marian.py and _bart.py name their ids)
+MARIAN_SIZES = {"vocab_size": 13, "d_model": 6, "encoder_layers": 2, "decoder_layers": 2,
+                "encoder_attention_heads": 3, "decoder_attention_heads": 3,
+                "encoder_ffn_dim": 7, "decoder_ffn_dim": 7, "max_position_embeddings": 16,
+                "pad_token_id": 12, "decoder_start_token_id": 12, "eos_token_id": 0,
+                "forced_eos_token_id": 0, "scale_embedding": True,
+                "activation_function": "swish"}
+BART_SIZES = {"vocab_size": 17, "d_model": 10, "encoder_layers": 1, "decoder_layers": 2,
+              "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 9,
+              "decoder_ffn_dim": 9, "max_position_embeddings": 12}

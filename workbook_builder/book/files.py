@@ -1,5 +1,11 @@
 """Workbooks on disk: open one a user named, refuse to overwrite, save atomically with every
-formula's value stored beside it, and build-and-save in one call."""
+formula's value stored beside it, and build-and-save in one call.
+
+Every file is written beside its target and moved into place in one rename, so a path
+holds either what it held or the whole new file. Which one, when a command is interrupted,
+is told by the record of writes (`writes_since`): each path a command set out to write
+(`check_writable`, `expect_writes`) with the file it held then, and each file moved into
+place, named before the rename; the path is read again when the command stops."""
 
 import contextlib
 import csv
@@ -7,8 +13,11 @@ import os
 import re
 import secrets
 import shutil
+import signal
+import threading
+import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,7 +201,9 @@ def _refuse_unpacked(path: Path, size: int, limit: int) -> None:
 
 
 def check_writable(path: Path, force: bool, suffix: str = ".xlsx") -> None:
-    """Refuse to replace a file unless asked, and name a missing folder or a wrong ending."""
+    """Refuse to replace a file unless asked, and name a missing folder or a wrong ending;
+    the path is recorded as one this command writes (`writes_since`)."""
+    expect_writes([path])
     if path.suffix.lower() != suffix:
         raise UserError(f"{path}: the output name must end in {suffix}")
     if not path.parent.exists():
@@ -299,7 +310,10 @@ def temp_beside(path: Path, prefix: str, suffix: str = "",
 
 def move_into_place(tmp: Path, path: Path, force: bool) -> None:
     """Rename `tmp` to `path`. Without `force` the name is claimed exclusively (a hard
-    link fails if `path` exists), so of two runs writing one path only one succeeds."""
+    link fails if `path` exists), so of two runs writing one path only one succeeds.
+    The file is recorded before it moves (`writes_since`: wherever an interrupt lands,
+    `path` holds it or not)."""
+    _record_move(tmp, path)
     if force:
         os.replace(tmp, path)
         return
@@ -309,13 +323,124 @@ def move_into_place(tmp: Path, path: Path, force: bool) -> None:
     except FileExistsError:
         raise UserError(taken) from None
     except OSError:  # no hard links on this file system: claim the name, then replace it
-        try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        except FileExistsError:
-            raise UserError(taken) from None
-        os.replace(tmp, path)
+        # an interrupt between the two would leave an empty file: it waits until both ran
+        with _signals_held():
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                raise UserError(taken) from None
+            try:
+                os.replace(tmp, path)
+            except OSError:
+                path.unlink(missing_ok=True)  # the empty file claiming the name
+                raise
         return
     tmp.unlink()
+
+
+# the signals that stop a command (the CLI raises them where the program is)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """A stop signal arriving in the block is acted on when the block ends, as its handler
+    would have (only the main thread runs Python's signal handlers, so only it holds)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    before = {}
+    try:
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) is not None:  # None: set outside Python, kept
+                before[signum] = signal.signal(signum, lambda got, _: arrived.append(got))
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        if arrived:
+            handler = before[arrived[0]]
+            if callable(handler):
+                handler(arrived[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(arrived[0])
+
+
+# the record of writes: path -> (when first named, the file it held then, the file moved
+# in, if one was); at most MAX_WRITES_RECORDED, the oldest forgotten first (a program
+# writing for days through the library keeps no more)
+MAX_WRITES_RECORDED = 100_000
+Identity = tuple[int, int] | None  # (device, inode) of the file a path holds; None: none
+_writes_lock = threading.Lock()
+_writes: dict[Path, tuple[float, Identity, Identity]] = {}
+
+
+def _identity(path: Path) -> Identity:
+    try:
+        found = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def expect_writes(paths: Iterable[Path]) -> None:
+    """Record `paths` as ones this command writes (by itself or by its worker processes),
+    each with the file it holds now; a path named again before it is written keeps what
+    it held when first named."""
+    for path in paths:
+        path = Path(path)
+        held = _identity(path)
+        with _writes_lock:
+            if path not in _writes or _writes[path][2] is not None:  # not named, or written
+                _writes.pop(path, None)  # (re)named last: the oldest are forgotten first
+                _writes[path] = (time.monotonic(), held, None)
+                if len(_writes) > MAX_WRITES_RECORDED:
+                    del _writes[next(iter(_writes))]
+
+
+def _record_move(tmp: Path, path: Path) -> None:
+    expect_writes([path])
+    moved = _identity(tmp)
+    with _writes_lock:
+        since, held, _ = _writes.get(path, (time.monotonic(), None, None))
+        _writes[path] = (since, held, moved)
+
+
+def writes_since(start: float) -> tuple[list[Path], list[Path]]:
+    """Of the paths recorded since `start` (time.monotonic()), those that now hold the
+    whole new file, and those that hold what they held (or nothing, as before). A path
+    holds the file moved into it, or, written by a worker process, another file than the
+    one it held (every write is one rename, so a file there is a whole one)."""
+    with _writes_lock:
+        recorded = [(path, held, moved) for path, (since, held, moved) in _writes.items()
+                    if since >= start]
+    written, untouched = [], []
+    for path, held, moved in recorded:
+        now = _identity(path)
+        if moved is not None:
+            new = now == moved
+        else:  # written by a worker process, if at all
+            new = now not in (None, held)
+        if new:
+            written.append(path)
+        elif now == held and not _is_temporary(path):
+            untouched.append(path)
+    return written, untouched
+
+
+def _is_temporary(path: Path) -> bool:
+    """A file of ours in a folder of ours (names starting with .attnsheets- or
+    .NAME.attnsheets-), staged before it moves to where the user asked."""
+    return any(".attnsheets-" in part for part in path.parts)
+
+
+def forget_writes(before: float) -> None:
+    """Forget the paths recorded before `before` (time.monotonic())."""
+    with _writes_lock:
+        for path in [p for p, (since, _, _) in _writes.items() if since < before]:
+            del _writes[path]
 
 
 def csv_text(value: Any) -> Any:

@@ -2,6 +2,11 @@
 forever, /dev/zero never end), a size checked before reading, and a zip's directory and
 members checked by the sizes they declare before anything is unpacked.
 
+A stored zip member can be read in place (`stored_member_offset`), and a zip inside
+another file (a torch .pt read as a range of a zip) is bounded through its open handle
+(`check_zip_handle`). A member too large for the process's memory is one line, not a
+MemoryError.
+
 Standard library only: the checkpoint reader, which imports nothing heavy, uses it too.
 """
 
@@ -9,6 +14,7 @@ import os
 import stat
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 from workbook_builder.errors import UserError
 
@@ -63,22 +69,27 @@ def zip_directory(path: Path) -> tuple[int, int] | None:
     file's last bytes without parsing the directory itself; None when there is no end
     record (not a zip)."""
     with open(path, "rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        tail_size = min(size, 22 + 0xFFFF)  # the record, then a comment of up to 64 KB
-        handle.seek(size - tail_size)
-        tail = handle.read(tail_size)
-        at = tail.rfind(_END)
-        if at < 0 or len(tail) < at + 22:
-            return None
-        parts = int.from_bytes(tail[at + 10:at + 12], "little")
-        directory = int.from_bytes(tail[at + 12:at + 16], "little")
-        locator = tail[at - 20:at] if at >= 20 else b""
-        if locator[:4] == _ZIP64_LOCATOR:  # more than 65,535 parts, or beyond 4 GB
-            handle.seek(int.from_bytes(locator[8:16], "little"))
-            record = handle.read(56)
-            if record[:4] == _ZIP64_END:
-                parts = int.from_bytes(record[32:40], "little")
-                directory = int.from_bytes(record[40:48], "little")
+        return _zip_directory(handle)
+
+
+def _zip_directory(handle: BinaryIO) -> tuple[int, int] | None:
+    """`zip_directory` of an open, seekable binary file."""
+    size = handle.seek(0, os.SEEK_END)
+    tail_size = min(size, 22 + 0xFFFF)  # the record, then a comment of up to 64 KB
+    handle.seek(size - tail_size)
+    tail = handle.read(tail_size)
+    at = tail.rfind(_END)
+    if at < 0 or len(tail) < at + 22:
+        return None
+    parts = int.from_bytes(tail[at + 10:at + 12], "little")
+    directory = int.from_bytes(tail[at + 12:at + 16], "little")
+    locator = tail[at - 20:at] if at >= 20 else b""
+    if locator[:4] == _ZIP64_LOCATOR:  # more than 65,535 parts, or beyond 4 GB
+        handle.seek(int.from_bytes(locator[8:16], "little"))
+        record = handle.read(56)
+        if record[:4] == _ZIP64_END:
+            parts = int.from_bytes(record[32:40], "little")
+            directory = int.from_bytes(record[40:48], "little")
     return parts, directory
 
 
@@ -91,11 +102,41 @@ def check_zip_directory(path: Path, what: str = "workbook") -> None:
     found = zip_directory(path)
     if found is None:
         return  # zipfile says what is wrong
+    _refuse_large_directory(found, path, what)
+
+
+def check_zip_handle(handle: BinaryIO, where: str, what: str) -> None:
+    """`check_zip_directory` of a zip open as a seekable binary file (a torch .pt, itself
+    perhaps a member of a zip), named `where`."""
+    found = _zip_directory(handle)
+    handle.seek(0)
+    if found is not None:
+        _refuse_large_directory(found, where, what)
+
+
+def _refuse_large_directory(found: tuple[int, int], where, what: str) -> None:
     parts, directory = found
     if parts > MAX_ZIP_PARTS or directory > MAX_ZIP_DIRECTORY_BYTES:
-        raise UserError(f"{path}: its zip lists {parts:,} parts in a directory of "
+        raise UserError(f"{where}: its zip lists {parts:,} parts in a directory of "
                         f"{_megabytes(directory)}; a {what} attnsheets reads has at most "
                         f"{MAX_ZIP_PARTS:,} parts")
+
+
+def stored_member_offset(source: Path | BinaryIO, info: zipfile.ZipInfo, where: str) -> int:
+    """Where a stored (unpacked) member's bytes start in its zip: after its local header
+    (30 bytes, its name and its extra field, whose lengths the local header states), so
+    that the member can be read in place, a range at a time."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as handle:
+            return stored_member_offset(handle, info, where)
+    source.seek(info.header_offset)
+    local = source.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise UserError(f"{where}: not a readable zip member (no local header where the "
+                        f"directory points)")
+    name_length = int.from_bytes(local[26:28], "little")
+    extra_length = int.from_bytes(local[28:30], "little")
+    return info.header_offset + 30 + name_length + extra_length
 
 
 def check_zip_parts(archive: zipfile.ZipFile, path: Path, what: str = "workbook") -> None:
@@ -115,7 +156,11 @@ def read_member(archive: zipfile.ZipFile, name: str, limit: int, where: str) -> 
         raise UserError(f"{where} unpacks to {_megabytes(info.file_size)} (packed "
                         f"{_megabytes(info.compress_size)}), more than the "
                         f"{_megabytes(limit)} attnsheets reads from it")
-    data = bytearray(info.file_size)
+    try:
+        data = bytearray(info.file_size)
+    except MemoryError:
+        raise UserError(f"{where} unpacks to {_megabytes(info.file_size)}, more than this "
+                        f"process's memory holds; unzip it and give the folder") from None
     view = memoryview(data)
     with archive.open(info) as member:
         done = 0

@@ -71,7 +71,7 @@ def build_workbook(request: BuildRequest, inputs: dict[str, np.ndarray]) -> Work
     sheet.finish(shown)
     translate_sheets(wb, tr, skip=[KEY_SHEET])
     _write_about(wb, book_spec(request), sorted(n for n in wb.defined_names), tr,
-                 request.note)
+                 request.note, request.sources)
     student = request.student
     if student is not None:
         whose = student_line(student, request.student_name, tr)
@@ -117,7 +117,7 @@ def new_workbook() -> Workbook:
 
 
 def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str,
-                 note: str | None = None) -> None:
+                 note: str | None = None, sources: str | None = None) -> None:
     # the keys in column A are read back by `read_spec`, so they stay English
     ws = wb.create_sheet(ABOUT)
     write_text(ws, 1, 1, tr("attnsheets workbook")).font = TITLE_FONT
@@ -134,6 +134,8 @@ def _write_about(wb: Workbook, spec: BookSpec, names: list[str], tr=str,
         rows.append(("student", spec.student))
     if note is not None:
         rows.append(("source", note))
+    if sources is not None:
+        rows.append(("parameters", sources.removeprefix("parameters: ")))
     for i, (key, value) in enumerate(rows, start=4):
         write_text(ws, i, 1, key).font = BOLD_FONT
         write_text(ws, i, 2, value)

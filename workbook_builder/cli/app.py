@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,10 @@ from workbook_builder.cli.printing import (
     format_report,
     format_reproduction,
     format_side_by_side,
+    json_for_terminal,
+    on_disk,
     printable,
+    terminal_output,
 )
 from workbook_builder.cli.progress import Progress
 from workbook_builder.cli.teaching import (
@@ -263,6 +267,8 @@ def _cmd_build(args) -> int:
                      **checkpoint_args(args), **explicit_params(kind, args))
     print(printable(f"wrote {args.output}: kind {kind.name}, {kind.describe(book.params)}, "
                     f"layout {args.layout}, {book.formula_cells} formula cells"))
+    if book.sources is not None:
+        print(printable(book.sources))
     if args.example is not None:
         print(book.note)
     if not args.check:
@@ -306,8 +312,9 @@ def _cmd_check(args) -> int:
         import json
 
         data = [r.to_dict() for r in reports]
-        print(json.dumps(data[0] if len(args.files) * len(engines) == 1 else data, indent=2,
-                         ensure_ascii=False, allow_nan=False))  # strict JSON, or a bug
+        print(json_for_terminal(json.dumps(
+            data[0] if len(args.files) * len(engines) == 1 else data, indent=2,
+            ensure_ascii=False, allow_nan=False)))  # strict JSON, or a bug
     elif reports and len(engines) == 1 and args.engine != "all":
         print("\n".join(format_report(r) for r in reports))
     elif reports:
@@ -337,6 +344,8 @@ def _cmd_demo(args) -> int:
     api = _api()
     progress = Progress(args.quiet)
     plan = api.demo_plan(args.model)
+    # written by worker processes: an interrupt's line tells them by what the paths hold
+    api.expect_writes([args.out / name for name, *_ in plan])
     all_passed = True
     print(f"{'workbook':<44} {'formula cells':>13} {'steps':>6} {'seconds':>8}  result")
     progress(f"building and checking {len(plan)} workbooks on {api.demo_workers()} cores")
@@ -407,30 +416,64 @@ COMMANDS = {"class": _cmd_class, "grade": _cmd_grade,
 
 
 def main(argv: list[str] | None = None) -> int:
+    # every line below reaches the terminal escaped (`terminal_output`), whoever prints it
+    with terminal_output(), _recording_writes() as started:
+        try:
+            with _clean_exit_on_signals(), _fewer_collections():
+                args = _parser(argv).parse_args(argv)
+                return COMMANDS[args.command](args)
+        except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        except AttnsheetsError as exc:
+            print(f"attnsheets: error: {printable(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
+        except OSError as exc:
+            print(printable(f"attnsheets: error: {exc.strerror or exc}"
+                            f"{': ' + str(exc.filename) if exc.filename else ''}"),
+                  file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print(f"attnsheets: interrupted; {_left_on_disk(started)}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Terminated as stop:
+            said = "hung up" if stop.signum == getattr(signal, "SIGHUP", None) else \
+                "terminated"
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                print(f"attnsheets: {said}; {_left_on_disk(started)}", file=sys.stderr)
+            return 128 + stop.signum
+        except Exception as exc:  # a bug: one line naming it, never a traceback (unless asked)
+            print(_internal_error(exc), file=sys.stderr)
+            return EXIT_INTERNAL
+
+
+_command_starts: list[float] = []
+
+
+@contextlib.contextmanager
+def _recording_writes() -> Iterator[float]:
+    """The time the command starts, from which its writes are told (`_left_on_disk`);
+    what was recorded before the oldest command still running is forgotten after."""
+    started = time.monotonic()
+    with _collection_lock:
+        _command_starts.append(started)
     try:
-        with _clean_exit_on_signals(), _fewer_collections():
-            args = _parser(argv).parse_args(argv)
-            return COMMANDS[args.command](args)
-    except SystemExit as exc:  # argparse: --help, --version, or a usage error it printed
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    except AttnsheetsError as exc:
-        print(f"attnsheets: error: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(printable(f"attnsheets: error: {exc.strerror or exc}"
-                        f"{': ' + str(exc.filename) if exc.filename else ''}"), file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("attnsheets: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Terminated as stop:
-        said = "hung up" if stop.signum == getattr(signal, "SIGHUP", None) else "terminated"
-        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
-            print(f"attnsheets: {said}", file=sys.stderr)
-        return 128 + stop.signum
-    except Exception as exc:  # a bug: one line naming it, never a traceback (unless asked)
-        print(_internal_error(exc), file=sys.stderr)
-        return EXIT_INTERNAL
+        yield started
+    finally:
+        with _collection_lock:
+            _command_starts.remove(started)
+            oldest = min(_command_starts, default=time.monotonic())
+        files = sys.modules.get("workbook_builder.book.files")
+        if files is not None:
+            files.forget_writes(oldest)
+
+
+def _left_on_disk(started: float) -> str:
+    """What a command stopped part way leaves: the files it wrote in full, those it was to
+    write that are as they were. Every file is written whole and moved into place in one
+    rename (book/files.py), so these two are all there is."""
+    files = sys.modules.get("workbook_builder.book.files")  # not imported: nothing written
+    written, untouched = files.writes_since(started) if files is not None else ([], [])
+    return on_disk(written, untouched)
 
 
 def _internal_error(exc: Exception, where: str = "") -> str:

@@ -66,7 +66,8 @@ def add_checkpoint_flags(parser: argparse.ArgumentParser, kind_name: str) -> Non
 
 
 def checkpoint_args(args) -> dict:
-    """The checkpoint options of a build, for api.build."""
+    """The checkpoint options of a build, for api.build (which tells the second text's
+    flags, --text2 and --token-ids2, in messages about them)."""
     if not hasattr(args, "checkpoint"):  # a kind no checkpoint fills
         return {}
     second = {"text2": args.text2, "token_ids2": args.token_ids2,

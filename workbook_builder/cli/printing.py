@@ -1,7 +1,15 @@
-"""What the commands print: reports and summaries as text lines."""
+"""What the commands print: reports and summaries as text lines, and the one place every
+line the command line writes passes through (`terminal_output`): while a command runs,
+stdout and stderr escape the control characters of whatever reaches them, so a file's name
+or a user's text never drives the terminal (an escape sequence could rewrite the screen)."""
 
+import contextlib
+import sys
+import threading
 import unicodedata
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:  # imported with the commands that make them
     from workbook_builder.api import ExampleResult, Grade
@@ -60,9 +68,104 @@ def format_side_by_side(reports: "list[CheckReport]") -> str:
 
 
 def printable(text: str) -> str:
-    """Text from a user's files or their names as it may reach a terminal: control
-    characters (an escape sequence could rewrite the screen) shown as escapes."""
+    """Text from a user's files or their names on one line: control characters, line
+    breaks included, shown as escapes (`\\x1b`, `\\n`)."""
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def terminal_text(text: str) -> str:
+    """`text` as the terminal may be given it: every line through `printable`, the line
+    breaks kept."""
+    return "\n".join(map(printable, text.split("\n")))
+
+
+def json_for_terminal(text: str) -> str:
+    """JSON text whose characters `terminal_text` would escape are JSON escapes instead
+    (\\u007f, a pair for one beyond U+FFFF), so the terminal is given valid JSON: outside
+    its strings JSON holds only printable characters and line breaks."""
+    def escaped(c: str) -> str:
+        if c.isprintable() or c == "\n":
+            return c
+        units = c.encode("utf-16-le", "surrogatepass")
+        return "".join(f"\\u{int.from_bytes(units[i:i + 2], 'little'):04x}"
+                       for i in range(0, len(units), 2))
+
+    return text if text.isprintable() else "".join(map(escaped, text))
+
+
+class EscapingStream:
+    """A text stream writing to `stream` what it is given through `terminal_text`; all else
+    (flush, isatty, encoding, fileno, …) is `stream`'s."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(terminal_text(text))
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def unescaped(stream: TextIO) -> TextIO:
+    """The stream under an EscapingStream, for the control sequences the program itself
+    sends (the progress line's carriage return and erase)."""
+    return stream.stream if isinstance(stream, EscapingStream) else stream
+
+
+_output_lock = threading.Lock()
+_commands_printing = 0
+_streams_before: tuple[TextIO, TextIO] | None = None
+
+
+@contextlib.contextmanager
+def terminal_output() -> Iterator[None]:
+    """sys.stdout and sys.stderr as EscapingStreams for as long as a command runs (commands
+    in several threads: until the last ends); the streams before are put back after
+    (main() may be called by a host program)."""
+    global _commands_printing, _streams_before
+    with _output_lock:
+        if not _commands_printing:
+            _streams_before = sys.stdout, sys.stderr
+            sys.stdout, sys.stderr = EscapingStream(sys.stdout), EscapingStream(sys.stderr)
+        _commands_printing += 1
+    try:
+        yield
+    finally:
+        with _output_lock:
+            _commands_printing -= 1
+            if not _commands_printing and _streams_before is not None:
+                sys.stdout, sys.stderr = _streams_before
+                _streams_before = None
+
+
+def on_disk(written: list[Path], untouched: list[Path]) -> str:
+    """What an interrupted command leaves behind, said in a few words: the files it wrote
+    in full, and those it was to write that are as they were."""
+    said = []
+    if written:
+        said.append(f"{_some(written)} {'was' if len(written) == 1 else 'were'} written in full")
+    if untouched:
+        as_it_was = "is as it was" if len(untouched) == 1 else "are as they were"
+        said.append(f"{_some(untouched)} {as_it_was}")
+    if written:
+        return "; ".join(said)
+    return "nothing was written" + (f" ({said[0]})" if said else "")
+
+
+def _some(paths: list[Path], named: int = 3) -> str:
+    """"a", "a and b", "a, b and c", "a, b, c and 4 more files"."""
+    shown = [printable(str(p)) for p in paths[:named]]
+    if len(paths) > named:
+        return f"{', '.join(shown)} and {len(paths) - named} more files"
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def _padded(text: str, width: int) -> str:

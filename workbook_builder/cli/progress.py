@@ -2,11 +2,14 @@
 
 Shown only when stderr is a terminal and the user did not pass --quiet; each message
 replaces the previous one and the line is cleared when the work is done, so output that is
-piped or captured stays exactly the report.
+piped or captured stays exactly the report. The line's own carriage return and erase go
+to the terminal as they are; the message, which may name a user's file, is escaped.
 """
 
 import sys
 import time
+
+from workbook_builder.cli.printing import printable, unescaped
 
 
 class Progress:
@@ -19,14 +22,16 @@ class Progress:
     def __call__(self, message: str) -> None:
         if self.enabled:
             elapsed = time.perf_counter() - self.started
-            self.stream.write(f"\r\033[K{message} ({elapsed:.0f} s)")
-            self.stream.flush()
+            terminal = unescaped(self.stream)
+            terminal.write(f"\r\033[K{printable(message)} ({elapsed:.0f} s)")
+            terminal.flush()
             self._shown = True
 
     def clear(self) -> None:
         if self._shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
+            terminal = unescaped(self.stream)
+            terminal.write("\r\033[K")
+            terminal.flush()
             self._shown = False
 
 

@@ -1,5 +1,6 @@
-"""What the MarianMT and BART readers share (`marian.py`, `bart.py`): the settings read from
-config.json and generation_config.json, the checks both make of them, every layer's
+"""What the MarianMT and BART readers share (`marian.py`, `bart.py`): the model's settings read
+from config.json, its generation settings as `generate` reads them (`generation_settings.py`:
+generation_config.json, else config.json), the checks both make of them, every layer's
 weights by their sheet names, the tensors left over refused, and the walk from a folder
 already read to the inputs of `transformer`. A family says only what is its own
 (`EncoderDecoder`)."""
@@ -12,31 +13,29 @@ from typing import Any
 
 import numpy as np
 
-from workbook_builder.book.reading import read_bounded
 from workbook_builder.errors import UserError
 from workbook_builder.models.config_values import refuse_contradicted_flags
 from workbook_builder.models.files import Checkpoint
+from workbook_builder.models.generation_settings import (
+    GenerationSettings,
+    greedy_parameters,
+    greedy_sources,
+    read_generation_settings,
+)
 from workbook_builder.models.loader import ModelInputs, _ids_and_labels, _short
 from workbook_builder.registry import get_kind
-from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.provenance import CheckpointParams, Fixed, checked_params
 
 # the defaults MarianConfig and BartConfig share, for a key config.json leaves out
 SHARED_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
                    "encoder_attention_heads": 16, "decoder_attention_heads": 16,
                    "encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096,
                    "max_position_embeddings": 1024, "activation_function": "gelu",
-                   "scale_embedding": False, "tie_word_embeddings": True,
-                   "bad_words_ids": None}
+                   "scale_embedding": False, "tie_word_embeddings": True}
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
-# generation settings greedy decoding would apply that the sheet does not compute: each
-# must keep its neutral value
-NEUTRAL_GENERATION = {"min_length": (None, 0), "min_new_tokens": (None, 0),
-                      "repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
-                      "encoder_no_repeat_ngram_size": (None, 0),
-                      "encoder_repetition_penalty": (None, 1.0),
-                      "forced_bos_token_id": (None,), "suppress_tokens": (None, []),
-                      "begin_suppress_tokens": (None, []), "sequence_bias": (None,),
-                      "exponential_decay_length_penalty": (None,)}
+# the settings' key holding the generation settings (set after config.json's keys, which
+# cannot hide it)
+GENERATION = "generation settings"
 ATTENTION = {"W_Q": "q_proj", "W_K": "k_proj", "W_V": "v_proj", "W_O": "out_proj"}
 ENCODER_NORMS = {"LN1": "self_attn_layer_norm", "LN2": "final_layer_norm"}
 DECODER_NORMS = {"LN1": "self_attn_layer_norm", "LN2": "encoder_attn_layer_norm",
@@ -81,18 +80,12 @@ def model_type(checkpoint: Checkpoint) -> str:
 
 
 def read_settings(checkpoint: Checkpoint, path: Path, defaults: dict) -> dict[str, Any]:
-    """config.json's values over the config class's `defaults`, generation_config.json's
-    over those (what `generate` reads)."""
+    """config.json's values over the config class's `defaults` (the model), and under
+    GENERATION the generation settings `generate` reads for the folder: from
+    generation_config.json alone when there is one, else from config.json, whose class
+    defaults it does not take."""
     settings = {**defaults, **checkpoint.config}
-    generation = path / "generation_config.json" if path.is_dir() else None
-    if generation is not None and generation.exists():
-        try:
-            values = json.loads(read_bounded(generation, 2**20, "generation_config.json"))
-        except ValueError as exc:
-            raise UserError(f"{generation}: not JSON ({exc})") from None
-        if not isinstance(values, dict):
-            raise UserError(f"{generation}: not a JSON object")
-        settings.update(values)
+    settings[GENERATION] = read_generation_settings(path, checkpoint.config)
     return settings
 
 
@@ -104,20 +97,11 @@ def size(settings: dict, key: str) -> int:
     return value
 
 
-def token(settings: dict, key: str, vocab: int) -> int:
-    value = settings[key]
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
-        raise UserError(f"config.json: {key} must be a token id 0 … {vocab - 1}, not "
-                        f"{value!r}")
-    return value
-
-
-def shared_params(settings: dict, tied: tuple[str, ...],
-                  generation_own: tuple[str, ...] = ()) -> dict[str, Any]:
+def shared_params(settings: dict, tied: tuple[str, ...]) -> dict[str, Any]:
     """The parameters both families read alike, or a UserError naming the key the sheet
-    does not compute: each key of `tied` must tie the one embedding table, and every
-    generation setting but those of `generation_own` (which the family reads itself) must
-    keep its neutral value."""
+    does not compute: each key of `tied` must tie the one embedding table; the ids and
+    the processors of greedy `generate` come from the generation settings
+    (`greedy_parameters`)."""
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                  ("encoder_ffn_dim", "decoder_ffn_dim")):
         if size(settings, a) != size(settings, b):
@@ -136,28 +120,13 @@ def shared_params(settings: dict, tied: tuple[str, ...],
     if act not in ACTIVATIONS:
         raise UserError(f"config.json: activation_function {json.dumps(act)}; the transformer "
                         f"sheet computes {', '.join(ACTIVATIONS)}")
-    for key, neutral in NEUTRAL_GENERATION.items():
-        if key not in generation_own and settings.get(key) not in neutral:
-            raise UserError(f"generation config: {key} is {json.dumps(settings[key])}; the "
-                            f"transformer sheet's greedy decoding does not compute it")
-    pad, end = token(settings, "pad_token_id", vocab), token(settings, "eos_token_id", vocab)
-    start = token(settings, "decoder_start_token_id", vocab)
-    if settings["forced_eos_token_id"] not in (None, end):
-        raise UserError(f"generation config: forced_eos_token_id "
-                        f"{settings['forced_eos_token_id']!r} is not eos_token_id {end}; the "
-                        f"sheet forces the end id only")
-    bad = settings["bad_words_ids"]
-    if bad not in (None, [], [[pad]]):
-        raise UserError(f"generation config: bad_words_ids {json.dumps(bad)}; the transformer "
-                        f"sheet bans the pad id only ([[{pad}]])")
+    generation: GenerationSettings = settings[GENERATION]
     return {"d_model": size(settings, "d_model"),
             "heads": settings["encoder_attention_heads"], "d_ff": settings["encoder_ffn_dim"],
             "layers": size(settings, "encoder_layers"),
             "dec_layers": size(settings, "decoder_layers"), "vocab": vocab,
             "activation": ACTIVATIONS[act], "no_scale": not settings["scale_embedding"],
-            "logits_bias": True, "pad_id": pad, "start_id": start, "end_id": end,
-            "ban_pad": bad == [[pad]], "forced_end": settings["forced_eos_token_id"] == end,
-            "ln_eps": 1e-5}
+            "logits_bias": True, **greedy_parameters(generation, vocab), "ln_eps": 1e-5}
 
 
 def read_tensor(checkpoint: Checkpoint, name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -202,7 +171,7 @@ SAID_BY = {"d_model": "d_model", "heads": "encoder_attention_heads", "d_ff": "en
 
 
 def refuse_contradicted(checkpoint: Checkpoint, family: str, sizes: dict[str, Any],
-                        settings: dict, explicit: dict[str, Any]) -> None:
+                        settings: dict, explicit: dict[str, Any]) -> CheckpointParams:
     """A flag given by hand against what the checkpoint decides (`sizes`, and the post-LN
     layer, the embedding LayerNorm and the forced first id the reader leaves at their
     defaults) is refused, as for the other families: the sheet would compute another model
@@ -217,7 +186,16 @@ def refuse_contradicted(checkpoint: Checkpoint, family: str, sizes: dict[str, An
             "no_scale": f"scale_embedding {json.dumps(settings['scale_embedding'])}"}
     if ACTIVATIONS[act] != act:  # swish: the sheet's silu
         said["activation"] = f"activation_function {json.dumps(act)}"
-    refuse_contradicted_flags(checkpoint.source, decided, explicit, said)
+    # the greedy decoding's ids and switches: from the file `generate` reads them from
+    said.update({name: Fixed(None, where, key) for name, (where, key)
+                 in greedy_sources(settings[GENERATION]).items()})
+    fixed = refuse_contradicted_flags(checkpoint, decided, explicit, said)
+    # the greedy steps are the user's; so is the first id when none is forced and the
+    # sinusoids' order with learned positions (each changes nothing), and the source's
+    # length without tokens
+    free = {"decode", *(name for name in ("bos_id", "sinusoid", "src_len")
+                        if name not in fixed)}
+    return CheckpointParams(fixed, frozenset(free), family)
 
 
 def _refuse_the_rest(family: EncoderDecoder, checkpoint: Checkpoint, read: set[str],
@@ -246,8 +224,9 @@ def encoder_decoder_inputs(family: EncoderDecoder, kind_name: str, path: Path,
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     if ids is not None:
         sizes["src_len"] = len(ids)
-    refuse_contradicted(checkpoint, family.name, sizes, settings, explicit)
-    params = make_params(get_kind(kind_name), {**sizes, **explicit})
+    decided = refuse_contradicted(checkpoint, family.name, sizes, settings, explicit)
+    params = checked_params(get_kind(kind_name), {**sizes, **explicit}, decided.fixed,
+                            explicit)
     limit = size(settings, "max_position_embeddings")
     family.check_positions(params, limit)
     d, vocab = params.d_model, params.vocab
@@ -270,4 +249,4 @@ def encoder_decoder_inputs(family: EncoderDecoder, kind_name: str, path: Path,
     source = f"{family.name} {path.name}: {params.layers} + {params.dec_layers} layers"
     note = f"weights: {source}; source ids " + (_short(ids) if ids is not None else
                                                   "drawn from --seed")
-    return ModelInputs(sizes, inputs, labels, note)
+    return ModelInputs(sizes, inputs, labels, note, decided)

@@ -5,9 +5,11 @@ key and what it holds, before any family's code meets it. A family that reads a 
 adds it to CONFIG_TYPES (`tests/test_hostile_bounds.py` gives every key each wrong type)."""
 
 import math
+from pathlib import Path
 from typing import Any
 
 from workbook_builder.errors import UserError
+from workbook_builder.sheet.provenance import Fixed, refuse_contradicting_flags
 
 SIZE, EPSILON, BASE = "size", "epsilon", "base"
 TEXT, TEXTS, FLAG, OBJECT = "text", "texts", "flag", "object"
@@ -84,17 +86,45 @@ def checked_config(config: dict[str, Any], where: str) -> dict[str, Any]:
     return config
 
 
-def refuse_contradicted_flags(source: str, decided: dict[str, Any], explicit: dict[str, Any],
-                              said_by: dict[str, str]) -> None:
-    """A flag given by hand with another value than the checkpoint's own (`decided`: our
-    parameter -> what its config, its shapes or its family's code give) is refused: the
-    sheet would compute another layer than the one its About sheet says it holds.
-    `said_by`: parameter -> the config key that says it."""
-    for key, value in explicit.items():
-        if key in decided and value != decided[key]:
-            flag = "--" + key.replace("_", "-")
-            said = said_by.get(key, "the checkpoint")
-            verb = "give" if said.startswith(("the shapes", "the tokens")) else "gives"
-            raise UserError(f"{source}: {flag} {value} contradicts the checkpoint ({said} "
-                            f"{verb} {decided[key]}); the sheet holds its layer as the model "
-                            f"computes it: leave {flag} out")
+def config_file(checkpoint) -> str:
+    """The config.json a checkpoint's values come from, as the user would find it: beside
+    the weights in a folder, inside a zip, or the file itself (an ONNX graph gives them)."""
+    source = Path(checkpoint.source)
+    if checkpoint.config is None:
+        return checkpoint.source
+    if source.suffix.lower() == ".zip":
+        return f"config.json in {source}"
+    if source.suffix.lower() in (".safetensors", ".bin", ".pt", ".pth"):
+        return str(source.parent / "config.json")
+    if source.suffix.lower() == ".onnx":
+        return f"{source}'s graph"
+    return checkpoint.source
+
+
+def refuse_contradicted_flags(checkpoint, decided: dict[str, Any], explicit: dict[str, Any],
+                              said_by: dict[str, "str | Fixed"]) -> dict[str, Fixed]:
+    """What the checkpoint fixes (`decided`: our parameter -> what its config, its shapes
+    or its family's code give), each with its source (`said_by`: parameter -> the config key
+    that says it, or a phrase such as "the shapes of its tensors", or a `Fixed` the reader
+    made); a flag given by hand with another value is refused (sheet/provenance.py): the
+    sheet would compute another model than the one its About sheet names."""
+    config, file = checkpoint.config, config_file(checkpoint)
+    fixed = {}
+    for name, value in decided.items():
+        said = said_by.get(name, "the checkpoint")
+        if isinstance(said, Fixed):
+            fixed[name] = Fixed(value, said.where, said.key, said.at_most)
+        elif " " in said or said.startswith("--") or said == "the checkpoint":
+            fixed[name] = Fixed(value, said)
+        elif config is not None and said in config:
+            fixed[name] = Fixed(value, file, said)
+        elif config is not None and (outer := next((key for key, inner in config.items()
+                                                   if isinstance(inner, dict)
+                                                   and said in inner), None)):
+            fixed[name] = Fixed(value, file, f"{outer}.{said}")  # rope_parameters.rope_theta
+        elif config is not None:
+            fixed[name] = Fixed(value, f"{file} (without {said}: the model's default)")
+        else:
+            fixed[name] = Fixed(value, f"the family's default {said} (no config.json)")
+    refuse_contradicting_flags(fixed, explicit)
+    return fixed

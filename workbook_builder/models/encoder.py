@@ -3,8 +3,11 @@ inputs: every layer by the family's name table (models/families.py, as `encoder-
 reads one), the whole word-embedding table, the position and token-type rows of each text,
 and the head `modules.json` declares (Transformer → Pooling → Normalize;
 `1_Pooling/config.json` says mean, CLS or max). A folder without `modules.json` is a plain
-model: its answer is the last hidden state. Anything else a folder declares is refused
-naming it."""
+model: its answer is the last hidden state. The sentence-transformers settings are read and
+judged key by key in sentence_settings.py: a text is tokenized as `encode` tokenizes it (the
+default prompt before it, lowercased first under do_lower_case), a longer one than encode
+keeps is refused, and anything else a folder declares that the sheet does not compute is
+refused naming it."""
 
 import dataclasses
 from pathlib import Path
@@ -12,86 +15,80 @@ from typing import Any
 
 import numpy as np
 
-from workbook_builder.book.reading import read_bounded
 from workbook_builder.errors import UserError
 from workbook_builder.models import loader
+from workbook_builder.models.config_values import config_file, refuse_contradicted_flags
 from workbook_builder.models.families import ENCODERS
-from workbook_builder.models.files import (
-    MAX_JSON_BYTES,
-    Checkpoint,
-    model_json,
-    read_checkpoint,
-)
-from workbook_builder.models.onnx_graph import onnx_checkpoint
+from workbook_builder.models.files import Checkpoint, read_checkpoint, tokenizer_text
+from workbook_builder.models.onnx_graph import NOT_IN_GRAPH, onnx_checkpoint
+from workbook_builder.models.sentence_settings import lowercasing_first, read_pipeline
 from workbook_builder.registry import get_kind
-
-# modules.json types by their last name (sentence-transformers 2 … 6 spell the module path
-# differently: sentence_transformers.models.Pooling, …sentence_transformer.modules.pooling.Pooling)
-TRANSFORMER, POOLING, NORMALIZE = "Transformer", "Pooling", "Normalize"
-# 1_Pooling/config.json: the old switches, and the new "pooling_mode" values the sheet computes
-POOLING_SWITCHES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
-                    "pooling_mode_max_tokens": "max"}
-OTHER_SWITCHES = ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
-                  "pooling_mode_lasttoken")
-POOLING_MODES = {"mean": "mean", "cls": "cls", "max": "max"}
+from workbook_builder.sheet.provenance import CheckpointParams, Fixed
 
 
 @dataclasses.dataclass(frozen=True)
 class Head:
-    """What follows the transformer in a sentence-transformers folder."""
+    """What follows the transformer in a sentence-transformers folder, and what encode does
+    to a text before it (sentence_settings.py reads and judges every setting)."""
 
     pooling: str            # mean | cls | max | none (no modules.json: the hidden state)
     normalize: bool
-    max_tokens: int | None  # sentence_bert_config.json's max_seq_length (encode truncates)
+    max_tokens: int | None  # the length encode cuts a text at: a longer one is refused
     note: str
+    limit_said: str = ""    # where max_tokens comes from, for that refusal
+    lower_case: bool = False  # do_lower_case: the tokenizer lowercases first
+    prompt: str = ""        # the default prompt encode puts before every text
+    prompt_said: str = ""
+    similarity: str = "cosine"  # similarity_fn_name
+    source: str = ""        # the folder, for messages
+
+    def ids_and_labels(self, checkpoint: Checkpoint, which: str, text: str | None,
+                       token_ids: list[int] | None) -> tuple[list[int], list[str]]:
+        """A text's token ids and labels as encode makes them: the default prompt before
+        --text/--text2, lowercased first under do_lower_case; typed ids stay as typed.
+        `which` is the flag, "--text" or "--text2"."""
+        if which == "--text2":
+            self._second_text_check("--text2" if text is not None else "--token-ids2")
+        if text is not None and text.strip() and (self.prompt or self.lower_case):
+            text = loader.GivenText(self.prompt + text, loader.flag_of(text, which))
+            if self.lower_case:
+                checkpoint = dataclasses.replace(
+                    checkpoint, tokenizer_json=lowercasing_first(checkpoint.tokenizer_json))
+        ids, labels = loader._ids_and_labels(checkpoint, text, token_ids)
+        if self.max_tokens is not None and len(ids) > self.max_tokens:
+            prompt = f" (with {self.prompt_said})" if text is not None and self.prompt else ""
+            typed = which if text is not None else which.replace("--text", "--token-ids")
+            raise UserError(f"{typed} gives {len(ids)} tokens{prompt}; {self.limit_said} "
+                            f"(sentence-transformers would cut it)")
+        return ids, labels
+
+    def _second_text_check(self, flag: str) -> None:
+        """A second text is compared by SIMILARITY, the cosine of two pooled embeddings."""
+        if self.pooling == "none":
+            raise UserError(f"{flag} needs a pooled embedding to compare, and {self.source} "
+                            f"has no sentence-transformers Pooling module (no modules.json): "
+                            f"its answer is the last hidden state; give one text")
+        if self.similarity == "cosine" or (self.similarity == "dot" and self.normalize):
+            return  # for unit vectors the dot product is the cosine
+        raise UserError(f"{flag}: {self.source}'s config_sentence_transformers.json sets "
+                        f"similarity_fn_name to {self.similarity!r}; the sheet's SIMILARITY "
+                        f"is the cosine of the two embeddings (leave out {flag})")
 
 
 def sentence_head(path: Path) -> Head:
     """The head modules.json declares, or none for a plain model folder."""
-    modules, where = model_json(path, "modules.json")
-    if modules is None:
+    pipeline = read_pipeline(path)
+    if pipeline is None:
         return Head("none", False, None, "no modules.json: the answer is the last hidden "
-                                         "state")
-    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
-        raise UserError(f"{where}: expected a list of modules")
-    types = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
-    if not types or types[0] != TRANSFORMER or str(modules[0].get("path", "")) not in ("",
-                                                                                       "."):
-        raise UserError(f"{where}: the encoder sheet reads a Transformer module whose "
-                        f"weights are at the folder's root, first")
-    rest = types[1:]
-    allowed = ([POOLING], [POOLING, NORMALIZE])
-    if rest not in allowed:
-        raise UserError(f"{where} lists {' → '.join(types)}; the encoder sheet computes "
-                        f"Transformer → Pooling (→ Normalize)")
-    pooling_path = str(modules[1].get("path", ""))
-    config, config_where = model_json(path, f"{pooling_path}/config.json")
-    if not isinstance(config, dict):
-        raise UserError(f"{config_where}: no pooling configuration (the Pooling module's "
-                        f"config.json)")
-    pooling = _pooling_mode(config, config_where)
-    bert_config, _ = model_json(path, "sentence_bert_config.json")
-    limit = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else None
-    normalize = rest[-1] == NORMALIZE
-    return Head(pooling, normalize, limit if isinstance(limit, int) else None,
-                f"head: {pooling} pooling" + (", Normalize" if normalize else ""))
-
-
-def _pooling_mode(config: dict, where: str) -> str:
-    """mean, cls or max from a Pooling config.json, old (one switch on) or new
-    (pooling_mode); any other pooling, or several at once (concatenated), refused."""
-    if "pooling_mode" in config:
-        mode = config["pooling_mode"]
-        if mode not in POOLING_MODES:
-            raise UserError(f"{where} sets pooling_mode to {mode!r}; the encoder sheet "
-                            f"computes {', '.join(POOLING_MODES)}")
-        return POOLING_MODES[mode]
-    on = [key for key in (*POOLING_SWITCHES, *OTHER_SWITCHES) if config.get(key) is True]
-    if len(on) != 1 or on[0] not in POOLING_SWITCHES:
-        said = ", ".join(on) or "no pooling_mode_… switch"
-        raise UserError(f"{where} turns on {said}; the encoder sheet computes one of "
-                        f"{', '.join(POOLING_SWITCHES)}")
-    return POOLING_SWITCHES[on[0]]
+                                         "state", source=str(path))
+    note = f"head: {pipeline.pooling} pooling" + (", Normalize" if pipeline.normalize else "")
+    if pipeline.lower_case:
+        note += "; text lowercased (do_lower_case)"
+    if pipeline.prompt:
+        note += f"; {pipeline.prompt_said} before each text"
+    return Head(pipeline.pooling, pipeline.normalize, pipeline.max_tokens, note,
+                pipeline.limit_said, pipeline.lower_case, pipeline.prompt,
+                pipeline.prompt_said, pipeline.similarity, str(path))
 
 
 def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
@@ -125,33 +122,22 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     base = loader._prefix(checkpoint, family, prefix)
     loader.refuse_unused_tensors(checkpoint, family, base, kind_name)
     sizes = loader._sizes(checkpoint, family, base, explicit, kind_name)
-    sizes.update({k: v for k, v in explicit.items() if k in loader.LAYER_FLAGS})
     count = loader._layer_count(checkpoint, family, base)
-    layers = explicit.get("layers", count)
-    if isinstance(layers, int) and layers > count:
-        raise UserError(f"{checkpoint.source}: --layers {layers}, but it has {count} layers")
-    ids, labels = loader._ids_and_labels(checkpoint, text, token_ids)
+    ids, labels = head.ids_and_labels(checkpoint, "--text", text, token_ids)
     second = (None, None) if text2 is None and token_ids2 is None else \
-        loader._ids_and_labels(checkpoint, text2, token_ids2)
-    for which, tokens in (("--text", ids), ("--text2", second[0])):
-        if tokens is not None and head.max_tokens is not None and \
-                len(tokens) > head.max_tokens:
-            raise UserError(f"{which} gives {len(tokens)} tokens; the model's "
-                            f"max_seq_length is {head.max_tokens} (sentence-transformers "
-                            f"would cut it)")
+        head.ids_and_labels(checkpoint, "--text2", text2, token_ids2)
     family = loader._positions_family(checkpoint, family, base)
     word_name = base + family.embeddings["WORD_EMB"][0]
     vocab = checkpoint.dim(word_name, 0) if word_name in checkpoint.shapes else 0
     kind = get_kind(kind_name)
     fields = {f.name for f in dataclasses.fields(kind.Params)}
-    params = {k: v for k, v in sizes.items() if k in fields}
-    params.update({"seq_len": len(ids), "vocab": vocab, "layers": layers,
-                   "pooling": head.pooling, "normalize": head.normalize})
-    if second[0] is not None:
-        params["seq_len2"] = len(second[0])
+    decided = _decided(checkpoint, family, head, sizes, fields, count, vocab, ids, second[0],
+                       explicit)
+    params = {**decided.values(), **{k: v for k, v in explicit.items()
+                                     if k in decided.free or k == "layers"}}
     checked = loader._checked_params(
-        kind, kind.resolve_tokens({**params, **explicit}, labels + (second[1] or [])), family,
-        explicit)
+        kind, kind.resolve_tokens({**params, **explicit}, labels + (second[1] or [])),
+        decided.fixed, explicit)
     inputs = _layer_weights(checkpoint, family, base, kind.input_shapes(checked),
                             checked.layers)
     inputs.update(_text_rows(checkpoint, family, base, ids, ""))
@@ -162,16 +148,45 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                                      f" and {loader._short(second[0])}")
     note = (f"weights: {family.name} layers 0 … {checked.layers - 1} of {path.name}; "
             f"{head.note}; token ids {ids_text}{loader._positions_note(family)}")
-    return loader.ModelInputs(params, inputs, labels + (second[1] or []), note)
+    return loader.ModelInputs(params, inputs, labels + (second[1] or []), note, decided)
 
 
-def tokenizer_text(path: Path) -> str:
-    """A tokenizer.json given by hand, read within the bound config files have."""
-    data = read_bounded(path, MAX_JSON_BYTES, "tokenizer")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+def _decided(checkpoint: Checkpoint, family, head: Head, sizes: dict[str, Any],
+             fields: set[str], count: int, vocab: int, ids: list[int],
+             ids2: list[int] | None, explicit: dict[str, Any]) -> CheckpointParams:
+    """What the checkpoint fixes of the encoder sheet, each with its source (its config,
+    its head, its tensors, the tokens), a flag against one refused; a bare weights file
+    leaves the layers' sizes its config would give to the flags."""
+    config = checkpoint.config is not None
+    layers_said = Fixed(count, config_file(checkpoint), family.layers_key, at_most=True) \
+        if config else Fixed(count, "its layers' tensors", at_most=True)
+    folder = Path(checkpoint.source).parent if checkpoint.config is not None and \
+        Path(checkpoint.source).suffix.lower() != ".zip" else Path(checkpoint.source)
+    if head.pooling == "none":
+        pooling_said = normalize_said = f"{folder}: no modules.json (the answer is the last " \
+                                        f"hidden state)"
+    else:
+        pooling_said = f"{folder}'s Pooling module"
+        normalize_said = f"{folder}/modules.json " + ("(a Normalize module)" if head.normalize
+                                                      else "(no Normalize module)")
+    # what an ONNX graph cannot tell (its heads, with dynamic reshapes) is the flag's
+    untold = {family.config.get(key) for key in
+              (checkpoint.config or {}).get(NOT_IN_GRAPH, ())}
+    decided = {k: v for k, v in sizes.items() if k in fields and k not in untold and
+               (config or k in loader.SHAPE_DECIDED or k in family.constants)}
+    decided.update({"vocab": vocab, "layers": count, "pooling": head.pooling,
+                    "normalize": head.normalize, "seq_len": len(ids), "pre_ln": False})
+    said = {**loader.said_by(family), "vocab": "the shape of its word embedding table",
+            "layers": layers_said, "pooling": pooling_said, "normalize": normalize_said}
+    if ids2 is not None:
+        decided["seq_len2"] = len(ids2)
+        said["seq_len2"] = "the tokens of --text2 or --token-ids2"
+    decided = {k: v for k, v in decided.items() if k in fields}
+    fixed = refuse_contradicted_flags(checkpoint, decided, explicit, said)
+    configurable = {*family.config.values(), "activation", "gelu"}
+    free = {"focus", *(k for k in configurable if k not in fixed and k in fields and
+                       (not config or k in untold))}
+    return CheckpointParams(fixed, frozenset(free), family.name)
 
 
 def _layer_weights(checkpoint: Checkpoint, family, base: str,

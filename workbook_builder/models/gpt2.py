@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
-from workbook_builder.models.config_values import refuse_contradicted_flags
+from workbook_builder.models.config_values import config_file, refuse_contradicted_flags
 from workbook_builder.models.families import CONV1D, GPT2
 from workbook_builder.models.files import Checkpoint
 from workbook_builder.registry import get_kind
-from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.provenance import CheckpointParams, Fixed, checked_params
 
 # config.json activation_function -> our GELU form (GPT-2's gelu_new is the tanh form)
 GELU_OF = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
@@ -24,7 +24,8 @@ Reader = Callable[[Checkpoint, str, tuple[int, ...]], np.ndarray]
 
 def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
                 ids: list[int] | None, explicit: dict[str, Any],
-                read: Reader) -> tuple[dict[str, Any], dict[str, np.ndarray], str]:
+                read: Reader) -> tuple[dict[str, Any], dict[str, np.ndarray], str,
+                                       CheckpointParams]:
     """Parameters, inputs and the sheet's note for `decoder-block` (layer `layer`) or
     `gpt` (layers 0 … --layers − 1, embeddings, final LayerNorm) from a GPT-2 checkpoint;
     `read` gives a tensor of the expected shape or one line naming it."""
@@ -34,11 +35,7 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
         if layer:
             raise UserError("gpt holds the model's first --layers layers; --layer is for "
                             "decoder-block")
-        layers = explicit.get("layers", count)
-        if layers > count:
-            raise UserError(f"{checkpoint.source}: --layers {layers}, but it has {count} "
-                            f"layers")
-        sizes["layers"] = layers
+        sizes["layers"] = count
     elif layer >= count:
         raise UserError(f"{checkpoint.source}: no layer {layer} (it has layers 0 … "
                         f"{count - 1})")
@@ -49,17 +46,28 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
     # what the checkpoint says cannot be changed by hand (a bare weights file's eps and
     # GELU are GPT-2's defaults: those can)
     decided = dict(sizes) if checkpoint.config is not None else \
-        {k: v for k, v in sizes.items() if k in ("d_model", "d_ff", "vocab", "layer_number")}
-    said = {ours: key for key, ours in GPT2.config.items()}
-    refuse_contradicted_flags(checkpoint.source, decided, explicit, {
-        **said, "gelu": "activation_function", "layer_number": f"--layer {layer}",
-        "scale_by_layer": "scale_attn_by_inverse_layer_idx",
-        "seq_len": "the tokens of --text or --token-ids"})
+        {k: v for k, v in sizes.items() if k in ("d_model", "d_ff", "vocab", "layer_number",
+                                                   "seq_len", "layers")}
     kind = get_kind(kind_name)
     vocab = sizes["vocab"]
     fields = {f.name for f in dataclasses.fields(kind.Params)}
+    said = {ours: key for key, ours in GPT2.config.items()}
+    layers_said = Fixed(None, config_file(checkpoint), GPT2.layers_key, at_most=True) \
+        if checkpoint.config is not None else Fixed(None, "its layers' tensors", at_most=True)
+    fixed = refuse_contradicted_flags(checkpoint, {k: v for k, v in decided.items()
+                                                   if k in fields}, explicit, {
+        **said, "gelu": "activation_function", "layer_number": f"--layer {layer}",
+        "scale_by_layer": "scale_attn_by_inverse_layer_idx",
+        "seq_len": "the tokens of --text or --token-ids", "layers": layers_said})
+    if "layers" in explicit:  # gpt holds the first --layers layers (all by default)
+        sizes["layers"] = explicit["layers"]
+    # the vocabulary's direction on the sheet is the user's; a bare weights file's eps
+    # and GELU and X's length without tokens too
+    free = {"vocab_down_rows", *(() if ids is not None else ("seq_len",)),
+            *(k for k in ("ln_eps", "gelu", "heads") if k not in fixed)}
+    decided_params = CheckpointParams(fixed, frozenset(free), "GPT-2")
     sizes = {k: v for k, v in sizes.items() if k in fields}
-    params = make_params(kind, {**sizes, **explicit})
+    params = checked_params(kind, {**sizes, **explicit}, fixed, explicit)
     d = params.d_model
     wte = read(checkpoint, base + GPT2.embeddings["WTE"][0], (vocab, d))
     wpe_name = base + GPT2.embeddings["WPE"][0]
@@ -88,11 +96,12 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
         if ids is not None:
             inputs["TOKEN_IDS"] = np.array(ids, dtype=float)[:, None]
         where = "X drawn from --seed" if ids is None else "token ids in TOKEN_IDS"
-        return sizes, inputs, f"GPT-2 layers 0 … {params.layers - 1}, {where}{ids_text}"
+        return sizes, inputs, f"GPT-2 layers 0 … {params.layers - 1}, {where}{ids_text}", \
+            decided_params
     inputs = layer_weights(checkpoint, base, layer, shapes, read)
     note = f"GPT-2 layer {layer}"
     if ids is None:
-        return sizes, inputs, note + "; X drawn from --seed"
+        return sizes, inputs, note + "; X drawn from --seed", decided_params
     x = wte[ids] + wpe
     block = get_kind("decoder-block")
     for k in range(layer):
@@ -102,7 +111,7 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
     before = "" if layer == 0 else " and layers 0 … " + str(layer - 1)
     return sizes, inputs, (f"{note}; X: the hidden states entering layer {layer}, token "
                            f"plus position embedding rows{before} by the NumPy reference "
-                           f"(numbers, not formulas){ids_text}")
+                           f"(numbers, not formulas){ids_text}"), decided_params
 
 
 def layer_weights(checkpoint: Checkpoint, base: str, layer: int,
@@ -160,9 +169,9 @@ def _sizes(checkpoint: Checkpoint, base: str, explicit: dict[str, Any]) -> dict[
     if "heads" not in sizes and "heads" not in explicit:
         raise UserError(f"{checkpoint.source}: no config.json gives the number of heads; "
                         f"pass --heads")
-    heads = explicit.get("heads", sizes.get("heads"))
+    heads = sizes.get("heads", explicit.get("heads"))
     if isinstance(heads, int) and heads > 0 and sizes["d_model"] % heads:
-        said = "--heads" if "heads" in explicit else "n_head"
+        said = "--heads" if "heads" not in sizes else "n_head"
         raise UserError(f"{checkpoint.source}: {said} {heads} does not divide the model's "
                         f"width n_embd = {sizes['d_model']}")
     return sizes

@@ -34,6 +34,7 @@ from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.gpt2 import gpt2_inputs
 from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.provenance import CheckpointParams, Fixed, checked_params
 
 MODELS_EXTRA = "pip install 'attnsheets[models]'"
 # flags that shape every layer, so also the layers computed before the one on the sheet
@@ -51,18 +52,23 @@ def said_by(family: Family) -> dict[str, str]:
     if family.activation_key:
         keys.update(dict.fromkeys(("activation", "gelu"), family.activation_key))
     return {**keys, "pre_ln": f"{family.name}'s layer", **dict.fromkeys(
-        family.constants, f"{family.name}'s code")}
+        family.constants, f"{family.name}'s code"), "bias": f"the biases of {family.name}'s "
+            f"layers", "seq_len": "the tokens of --text or --token-ids",
+            **dict.fromkeys(("qkv_bias", "o_bias", "mlp_bias"), "its bias tensors")}
 
 
 @dataclass
 class ModelInputs:
-    """What a checkpoint gives a build: parameters, input blocks, row labels, and a line
-    saying where X comes from (written on the sheet)."""
+    """What a checkpoint gives a build: parameters, input blocks, row labels, a line
+    saying where X comes from (written on the sheet), and what the checkpoint decides of the
+    kind's parameters (`decided`: each fixed value with its source, and those left to the
+    user), which every build settles its flags against (sheet/provenance.py)."""
 
     params: dict[str, Any]
     inputs: dict[str, np.ndarray]
     labels: list[str] | None
     note: str
+    decided: CheckpointParams
 
 
 def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
@@ -83,9 +89,10 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     refuse_unused_tensors(checkpoint, family, base, kind_name)
     if family is GPT2:  # fused Conv1D weights and whole models: models/gpt2.py
         ids, labels = _ids_and_labels(checkpoint, text, token_ids)
-        params, inputs, note = gpt2_inputs(kind_name, checkpoint, base, layer, ids,
-                                           explicit, _tensor)
-        return ModelInputs(params, inputs, labels, f"weights: {Path(str(path)).name}; {note}")
+        params, inputs, note, decided = gpt2_inputs(kind_name, checkpoint, base, layer, ids,
+                                                    explicit, _tensor)
+        return ModelInputs(params, inputs, labels, f"weights: {Path(str(path)).name}; {note}",
+                           decided)
     sizes = _sizes(checkpoint, family, base, explicit, kind_name)
     if family.name in ("LLaMA", "Qwen2"):
         sizes.update(llama.config_sizes(checkpoint.config or {}, checkpoint.source))
@@ -96,13 +103,24 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     # to its family's defaults can, in the layers before this one too
     decided = dict(sizes) if checkpoint.config is not None else \
         {k: v for k, v in sizes.items() if k in SHAPE_DECIDED or k in family.constants}
-    refuse_contradicted_flags(checkpoint.source, {**decided, "pre_ln": not family.post_ln},
-                              explicit, said_by(family))
-    sizes.update({k: v for k, v in explicit.items() if k in LAYER_FLAGS})
-    _existing_layer(checkpoint, family, base, layer)
     ids, labels = _ids_and_labels(checkpoint, text, token_ids)
     kind = get_kind(kind_name)
     fields = {f.name for f in dataclasses.fields(kind.Params)}
+    decided["pre_ln"] = not family.post_ln
+    if "bias" in fields:  # the family's layers hold their biases: the sheet reads them
+        decided["bias"] = True
+    if ids is not None:
+        decided["seq_len"] = len(ids)
+    fixed = refuse_contradicted_flags(checkpoint, {k: v for k, v in decided.items()
+                                                   if k in fields}, explicit, said_by(family))
+    # a bare weights file leaves the sizes its config would give to the flags (and the
+    # family's defaults)
+    configurable = {*family.config.values(), *(("activation", "gelu")
+                                               if family.activation_key else ())}
+    free = {"embeddings", *(() if ids is not None else ("seq_len",)),
+            *(k for k in configurable if k not in fixed and checkpoint.config is None)}
+    sizes.update({k: v for k, v in explicit.items() if k in LAYER_FLAGS})
+    _existing_layer(checkpoint, family, base, layer)
     params = {k: v for k, v in sizes.items() if k in fields}
     if "bias" in fields:
         params["bias"] = True
@@ -117,23 +135,27 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     if ids is not None:
         params["seq_len"] = len(ids)
         family = _positions_family(checkpoint, family, base)
-    checked = _checked_params(kind, {**params, **explicit}, family, explicit)
+    checked = _checked_params(kind, {**params, **explicit}, fixed, explicit)
     inputs = _layer_inputs(checkpoint, family, base, layer, kind.input_shapes(checked))
     where = f"{family.name} layer {layer} of {Path(str(path)).name}"
+    decided_params = CheckpointParams(fixed, frozenset(free), family.name)
     if ids is None:
-        return ModelInputs(params, inputs, None, f"weights: {where}; X drawn from --seed")
+        return ModelInputs(params, inputs, None, f"weights: {where}; X drawn from --seed",
+                           decided_params)
     embedded = _embedding_inputs(checkpoint, family, base, ids)
     if embedding_step:
         inputs.update(embedded)
         return ModelInputs(params, inputs, labels, f"weights: {where}; X is the embedding "
-                           f"step of the token ids {_short(ids)}{_positions_note(family)}")
+                           f"step of the token ids {_short(ids)}{_positions_note(family)}",
+                           decided_params)
     inputs["X"] = _hidden_states(checkpoint, family, base, sizes, embedded, layer)
     before = "the embedding step" + ("" if layer == 0 else " and layer 0" if layer == 1
                                      else f" and layers 0 … {layer - 1}")
     return ModelInputs(params, inputs, labels,
                        f"weights: {where}; X: the hidden states entering layer {layer}, "
                        f"computed by the NumPy reference of {before} (numbers, not "
-                       f"formulas), token ids {_short(ids)}{_positions_note(family)}")
+                       f"formulas), token ids {_short(ids)}{_positions_note(family)}",
+                       decided_params)
 
 
 def _positions_note(family: Family) -> str:
@@ -144,17 +166,11 @@ def _positions_note(family: Family) -> str:
     return ""
 
 
-def _checked_params(kind, values: dict[str, Any], family: Family, explicit: dict[str, Any]):
+def _checked_params(kind, values: dict[str, Any], fixed: dict[str, Fixed],
+                    explicit: dict[str, Any]):
     """The kind's parameters; a value the checkpoint gave that the kind refuses is named by
-    its config.json key, not by a flag nobody passed."""
-    try:
-        return make_params(kind, values)
-    except UserError as exc:
-        message = str(exc)
-        for key, ours in family.config.items():
-            if ours not in explicit:
-                message = message.replace(f"--{ours.replace('_', '-')}", f"{key}")
-        raise UserError(message) from None
+    its file and key, not by a flag nobody passed (sheet/provenance.py)."""
+    return checked_params(kind, values, fixed, explicit)
 
 
 def refuse_unused_tensors(checkpoint: Checkpoint, family: Family, base: str,
@@ -241,11 +257,19 @@ def _existing_layer(checkpoint: Checkpoint, family: Family, base: str, layer: in
 
 def _ids_and_labels(checkpoint: Checkpoint, text: str | None,
                     token_ids: list[int] | None) -> tuple[list[int] | None, list[str] | None]:
-    """The token ids and their labels, from --text or --token-ids (None, None: neither)."""
+    """The token ids and their labels, from --text or --token-ids (None, None: neither).
+    The ids are checked against the checkpoint's vocabulary before a tokenizer or a table
+    sees them; they come back as TokenIds, carrying the flag that gave them (--text2 and
+    --token-ids2 arrive as GivenText and TokenIds saying so) for every message about them."""
     if text is not None:
-        return _tokenize(checkpoint, text)
+        ids, labels = _tokenize(checkpoint, text)
+        ids = TokenIds(ids, flag_of(text, "--text"))
+        check_vocabulary(checkpoint, ids)
+        return ids, labels
     if token_ids is not None:
-        return list(token_ids), _labels_of(checkpoint, token_ids)
+        ids = TokenIds(token_ids, flag_of(token_ids, "--token-ids"))
+        check_vocabulary(checkpoint, ids)
+        return ids, _labels_of(checkpoint, ids)
     return None, None
 
 
@@ -316,9 +340,10 @@ def _sizes(checkpoint: Checkpoint, family: Family, base: str,
     if "heads" not in sizes and "heads" not in explicit:
         raise UserError(f"{checkpoint.source}: no config.json gives the number of heads; "
                         f"pass --heads")
-    heads, d_model = explicit.get("heads", sizes.get("heads")), sizes["d_model"]
+    # the checkpoint's heads first: a --heads against them is refused by name afterwards
+    heads, d_model = sizes.get("heads", explicit.get("heads")), sizes["d_model"]
     if isinstance(heads, int) and heads > 0 and d_model % heads:
-        said = "--heads" if "heads" in explicit else \
+        said = "--heads" if "heads" not in sizes else \
             next(k for k, ours in family.config.items() if ours == "heads")
         width = next(k for k, ours in family.config.items() if ours == "d_model")
         raise UserError(f"{checkpoint.source}: {said} {heads} does not divide the model's "
@@ -383,9 +408,12 @@ def _embedding_inputs(checkpoint: Checkpoint, family: Family, base: str,
         raise UserError(f"{checkpoint.source}: no tensor {base + word_name} "
                         f"(vocabulary×d_model): the embedding step needs it")
     vocab, d = word_shape
+    flag = flag_of(ids, "--token-ids")
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
-        raise UserError(f"token id {bad[0]} is outside the vocabulary (0 … {vocab - 1})")
+        raise UserError(f"{flag}: token id {bad[0]} is outside the vocabulary, 0 … "
+                        f"{vocab - 1} (the {vocab:,} rows of tensor {base + word_name} in "
+                        f"{checkpoint.source})")
     lookups = {"WORD_EMB": ids, "POS_EMB": _positions(checkpoint, family, ids),
                "TYPE_EMB": [0] * len(ids)}
     inputs = {}
@@ -397,9 +425,10 @@ def _embedding_inputs(checkpoint: Checkpoint, family: Family, base: str,
                 raise UserError(f"{checkpoint.source}: no tensor {name} (rows×{d})")
             rows = lookups[ours]
             if max(rows) >= shape[0]:
-                raise UserError(f"{len(ids)} tokens need {max(rows) + 1} rows of {name}; it "
-                                f"has {shape[0]}")
-            inputs[ours] = checkpoint.tensor(name)[rows]
+                raise UserError(f"{flag} gives {len(ids)} tokens, which need "
+                                f"{max(rows) + 1} rows of {name}; it has {shape[0]} (in "
+                                f"{checkpoint.source})")
+            inputs[ours] = checkpoint.rows(name, list(rows))
         else:
             inputs[ours] = _tensor(checkpoint, name, (d,))[None, :]
     if "TYPE_EMB" not in family.embeddings:  # DistilBERT: no token types, added as zeros
@@ -480,39 +509,100 @@ def _tokenizer(checkpoint: Checkpoint):
 
 
 def _tokenize(checkpoint: Checkpoint, text: str) -> tuple[list[int], list[str]]:
+    """The checkpoint's tokenizer's ids and tokens of --text (or --text2: `flag_of`)."""
+    flag = flag_of(text, "--text")
     if not text.strip():
-        raise UserError("--text is empty")
-    tokenizer = _tokenizer(checkpoint)
+        raise UserError(f"{flag} is empty")
+    try:
+        tokenizer = _tokenizer(checkpoint)
+    except UserError as exc:  # said of --text and --token-ids: of the second text's flags
+        raise UserError(re.sub(r"--(text|token-ids)\b", r"--\g<1>" + flag[len("--text"):],
+                               str(exc))) from None
     try:
         encoding = tokenizer.encode(text)
     except Exception as exc:  # the Rust side raises its own exception type
-        raise UserError(f"{checkpoint.source}: its tokenizer.json cannot encode --text "
+        raise UserError(f"{checkpoint.source}: its tokenizer.json cannot encode {flag} "
                         f"({' '.join(str(exc).split()) or type(exc).__name__})") from None
     if not encoding.ids:
-        raise UserError(f"--text {text!r} gives no tokens with this checkpoint's tokenizer")
+        raise UserError(f"{flag} {str(text)!r} gives no tokens with this checkpoint's "
+                        f"tokenizer")
     return list(encoding.ids), list(encoding.tokens)
 
 
 def _labels_of(checkpoint: Checkpoint, ids: list[int]) -> list[str]:
-    """Each id's token from the checkpoint's tokenizer, else "#id"."""
+    """Each id's token from the checkpoint's tokenizer, else "#id" (also for an id the
+    tokenizer cannot be asked about: outside 0 … 2³² − 1, when no table bounds them)."""
     if checkpoint.tokenizer_json is None:
         return [f"#{i}" for i in ids]
     try:
         tokenizer = _tokenizer(checkpoint)
     except UserError:  # labels only: ids alone still build
         return [f"#{i}" for i in ids]
-    return [tokenizer.id_to_token(i) or f"#{i}" for i in ids]
+    return [(0 <= i < TOKENIZER_IDS and tokenizer.id_to_token(i)) or f"#{i}" for i in ids]
 
 
-def parse_token_ids(text: str | None) -> list[int] | None:
-    """"101,1996,102" -> [101, 1996, 102]."""
+# the tokenizers package takes ids as unsigned 32-bit numbers (a larger one raises)
+TOKENIZER_IDS = 2**32
+# the last part but one of a word-embedding table's name, in the families read:
+# BERT, DistilBERT word_embeddings; LLaMA, Qwen2 embed_tokens; GPT-2 wte; BART, Marian
+# shared; Mamba embeddings (older: embedding)
+WORD_TABLES = ("word_embeddings", "embed_tokens", "wte", "shared", "embeddings", "embedding")
+
+
+class TokenIds(list):
+    """Token ids with the flag the user gave them by (--text, --token-ids, --text2,
+    --token-ids2), which messages about them name."""
+
+    def __init__(self, ids=(), flag: str = "--token-ids"):
+        super().__init__(ids)
+        self.flag = flag
+
+
+class GivenText(str):
+    """A text with the flag the user gave it by (--text2), which messages about it name."""
+
+    flag: str
+
+    def __new__(cls, text: str, flag: str):
+        given = super().__new__(cls, text)
+        given.flag = flag
+        return given
+
+
+def flag_of(value: Any, default: str) -> str:
+    """The flag that gave `value` (a TokenIds or GivenText), else `default`."""
+    return getattr(value, "flag", default)
+
+
+def check_vocabulary(checkpoint: Checkpoint, ids: list[int]) -> None:
+    """Refuse, naming the flag that gave them, ids outside the checkpoint's vocabulary:
+    the rows of its word-embedding table (of the largest, if it holds several)."""
+    flag = flag_of(ids, "--token-ids")
+    tables = [(shape[0], name) for name, shape in checkpoint.shapes.items()
+              if len(shape) == 2 and name.endswith(".weight")
+              and name.split(".")[-2] in WORD_TABLES]
+    negative = next((i for i in ids if i < 0), None)
+    if not tables:  # refused later for want of a table; the tokenizer must not see these
+        if negative is not None:
+            raise UserError(f"{flag}: token id {negative} is negative; token ids are 0 or "
+                            f"more")
+        return
+    vocab, name = max(tables)
+    bad = next((i for i in ids if not 0 <= i < vocab), None)
+    if bad is not None:
+        raise UserError(f"{flag}: token id {bad} is outside the vocabulary, 0 … {vocab - 1} "
+                        f"(the {vocab:,} rows of tensor {name} in {checkpoint.source})")
+
+
+def parse_token_ids(text: str | None, flag: str = "--token-ids") -> TokenIds | None:
+    """"101,1996,102" -> [101, 1996, 102], carrying `flag` (the one the user typed)."""
     if text is None:
         return None
     try:
         ids = [int(part) for part in text.split(",")]
     except ValueError:
-        raise UserError(f"--token-ids must be whole numbers separated by commas, got "
+        raise UserError(f"{flag} must be whole numbers separated by commas, got "
                         f"{text!r}") from None
     if not ids:
-        raise UserError("--token-ids is empty")
-    return ids
+        raise UserError(f"{flag} is empty")
+    return TokenIds(ids, flag)

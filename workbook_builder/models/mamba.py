@@ -25,7 +25,7 @@ from workbook_builder.models.loader import (
     refuse_unused_tensors,
 )
 from workbook_builder.registry import get_kind
-from workbook_builder.sheet.kind import make_params
+from workbook_builder.sheet.provenance import CheckpointParams, checked_params
 
 
 def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
@@ -53,12 +53,14 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     if ids is not None:
         sizes["seq_len"] = len(ids)
     # sizes by the shapes, eps by config.json: not to be changed by hand
-    refuse_contradicted_flags(checkpoint.source, sizes, explicit, {
+    fixed = refuse_contradicted_flags(checkpoint, sizes, explicit, {
         "ln_eps": "layer_norm_epsilon", "seq_len": "the tokens of --text or --token-ids",
         **dict.fromkeys(("d_model", "d_inner", "d_state", "dt_rank", "conv_kernel"),
                         "the shapes of its tensors")})
+    decided = CheckpointParams(fixed, frozenset(() if ids is not None else ("seq_len",)),
+                               "Mamba")
     kind = get_kind(kind_name)
-    params = make_params(kind, {**sizes, **explicit})
+    params = checked_params(kind, {**sizes, **explicit}, fixed, explicit)
     conv_bias = config.get("use_conv_bias", True)
     unread = base + MAMBA.layer["CONV_B"][0].format(layer=0)
     if not conv_bias and unread in checkpoint.shapes:
@@ -67,7 +69,8 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     inputs = block_inputs(checkpoint, base, layer, kind.input_shapes(params), conv_bias)
     where = f"Mamba layer {layer} of {Path(str(path)).name}"
     if ids is None:
-        return ModelInputs(sizes, inputs, None, f"weights: {where}; X drawn from --seed")
+        return ModelInputs(sizes, inputs, None, f"weights: {where}; X drawn from --seed",
+                           decided)
     x = _embedding_rows(checkpoint, base, ids, params.d_model)
     for k in range(layer):  # the blocks before this one, by the sheet's own reference
         weights = block_inputs(checkpoint, base, k, kind.input_shapes(params), conv_bias)
@@ -78,7 +81,7 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     return ModelInputs(sizes, inputs, labels,
                        f"weights: {where}; X: the embedding rows of the token ids "
                        f"{_short(ids)}{before} (numbers, computed by the NumPy reference, "
-                       f"not formulas)")
+                       f"not formulas)", decided)
 
 
 def _sizes(checkpoint: Checkpoint, base: str, config: dict) -> dict[str, Any]:
@@ -128,4 +131,4 @@ def _embedding_rows(checkpoint: Checkpoint, base: str, ids: list[int],
     bad = [i for i in ids if not 0 <= i < shape[0]]
     if bad:
         raise UserError(f"token id {bad[0]} is outside the vocabulary (0 … {shape[0] - 1})")
-    return checkpoint.tensor(name)[ids]
+    return checkpoint.rows(name, list(ids))

@@ -1,7 +1,8 @@
 """A MarianMT checkpoint (transformers' `MarianMTModel`) as the inputs of `transformer`: every
 encoder and decoder layer, the shared embedding table, `final_logits_bias`, and what greedy
-`generate` applies from the generation config (the pad id as decoder start, the pad id
-banned by `bad_words_ids`, the end id forced at the last step by `forced_eos_token_id`).
+`generate` applies from the generation settings (`generation_settings.py`: the pad id as
+decoder start, the pad id banned by `bad_words_ids`, the end id forced at the last step by
+`forced_eos_token_id`, a first id forced by `forced_bos_token_id`).
 Every config key that changes the math is reproduced or refused naming it; every tensor is
 read or is one that changes nothing (the sinusoid tables, recomputed as formulas, and the
 embedding table's tied copies), or is refused naming it. (`bart` reads a `--checkpoint`
@@ -24,10 +25,10 @@ from workbook_builder.models._encoder_decoder import (
 from workbook_builder.models.files import Checkpoint
 from workbook_builder.models.loader import ModelInputs
 
-# MarianConfig's own defaults
-DEFAULTS = {**SHARED_DEFAULTS, "vocab_size": 58101, "pad_token_id": 58100, "eos_token_id": 0,
-            "decoder_start_token_id": 58100, "share_encoder_decoder_embeddings": True,
-            "decoder_vocab_size": None, "forced_eos_token_id": 0}
+# MarianConfig's own defaults for the model (its token ids are generation settings, which
+# transformers does not take from the class: `generation_settings.py`)
+DEFAULTS = {**SHARED_DEFAULTS, "vocab_size": 58101, "share_encoder_decoder_embeddings": True,
+            "decoder_vocab_size": None}
 SINUSOID_TABLES = ("model.encoder.embed_positions.weight",
                    "model.decoder.embed_positions.weight")
 

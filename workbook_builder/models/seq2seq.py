@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
+from workbook_builder.models.config_values import refuse_contradicted_flags
 from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.loader import ModelInputs, _short, check_request
+from workbook_builder.sheet.provenance import CheckpointParams
 
 # sheet input -> (tensor under the prefix, how it is stored): "table" as it is (one row per
 # id), "linear" an out×in weight transposed, "row" a bias vector as one row
@@ -65,22 +67,26 @@ def seq2seq_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
         raise UserError(f"--layer picks a Transformer layer; the tutorial's encoder and "
                         f"decoder are one GRU layer each, got --layer {layer}")
     explicit = explicit or {}
-    if explicit.get("no_attention"):
-        raise UserError("--no-attention leaves the checkpoint's attention out: the sheet "
-                        "would not be the model saved (build it from --seed to compare)")
     checkpoint = read_checkpoint(Path(path))
     base = prefix or ""
     bidirectional = any(base + tensor in checkpoint.shapes for tensor, _ in REVERSE.values())
     tensors = {**TENSORS, **(REVERSE if bidirectional else {})}
     _refuse_unread(checkpoint, base, tensors)
     sizes = _sizes(checkpoint, base)
-    if explicit.get("bidirectional") and not bidirectional:
-        raise UserError(f"--bidirectional: {checkpoint.source} has no backward encoder GRU "
-                        f"(no tensor {base}{REVERSE['ENC_W_I_REV'][0]})")
-    for name, value in sizes.items():
-        if name in explicit and explicit[name] != value:
-            raise UserError(f"--{name.replace('_', '-')} {explicit[name]} does not fit "
-                            f"{checkpoint.source}, whose {name} is {value}")
+    shown = {**sizes, "bidirectional": bidirectional, "no_attention": False}
+    if token_ids is not None:
+        shown["src_len"] = len(token_ids)
+    fixed = refuse_contradicted_flags(checkpoint, shown, explicit, {
+        **dict.fromkeys(sizes, "the shapes of its tensors"),
+        "bidirectional": f"its encoder GRU's tensors ({base}"
+                         f"{REVERSE['ENC_W_I_REV'][0]} {'present' if bidirectional else 'absent'})",
+        "no_attention": "its decoder's attention tensors",
+        "src_len": "the tokens of --token-ids"})
+    # the tutorial's SOS and EOS ids live in its Lang objects, not in the state dict; the
+    # steps decoded and teacher forcing are how the sheet runs the model
+    decided = CheckpointParams(fixed, frozenset({"decode", "sos", "eos", "teacher_forcing",
+                                                 *(() if token_ids else ("src_len",))}),
+                               "the tutorial's EncoderRNN and AttnDecoderRNN")
     h, vocab = sizes["hidden"], sizes["tgt_vocab"]
     shapes = {"ENC_EMBEDDING": (sizes["src_vocab"], h), "ENC_W_I": (h, 3 * h),
               "ENC_B_I": (1, 3 * h), "ENC_W_H": (h, 3 * h), "ENC_B_H": (1, 3 * h),
@@ -95,7 +101,7 @@ def seq2seq_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     where = f"the tutorial's EncoderRNN and AttnDecoderRNN of {Path(str(path)).name}"
     if token_ids is None:
         return ModelInputs(params, inputs, None, f"weights: {where}; source ids drawn "
-                                                 f"from --seed")
+                                                 f"from --seed", decided)
     bad = [i for i in token_ids if not 0 <= i < sizes["src_vocab"]]
     if bad:
         raise UserError(f"token id {bad[0]} is outside the source vocabulary "
@@ -103,7 +109,7 @@ def seq2seq_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     inputs["SRC_IDS"] = np.array(token_ids, dtype=float).reshape(-1, 1)
     params["src_len"] = len(token_ids)
     return ModelInputs(params, inputs, None,
-                       f"weights: {where}; source ids {_short(token_ids)}")
+                       f"weights: {where}; source ids {_short(token_ids)}", decided)
 
 
 def _refuse_unread(checkpoint: Checkpoint, base: str, tensors: dict) -> None:

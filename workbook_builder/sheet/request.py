@@ -75,4 +75,6 @@ class BuildRequest:
     student: str | None = None
     student_name: str = ""
     note: str | None = None
+    # where each parameter comes from: "parameters: heads 2 from …" (sheet/provenance.py)
+    sources: str | None = None
     array_block_cells: int | None = None

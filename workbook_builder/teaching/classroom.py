@@ -307,6 +307,15 @@ def _staging(out: Path) -> Iterator[Path]:
                     folder.rmdir()
 
 
+def _holds(path: Path, identity: tuple[int, int]) -> bool:
+    """Whether `path` is the file of this (device, inode)."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == identity
+
+
 def _move_in(staging: Path, out: Path, names: list[str], force: bool) -> None:
     """Move the staged files into `out`, the manifests last. Without `force` each name is
     claimed exclusively; with it the old files are set aside first. On any failure the
@@ -317,15 +326,21 @@ def _move_in(staging: Path, out: Path, names: list[str], force: bool) -> None:
     old = staging / ".replaced"
     old.mkdir()
     moved, set_aside = [], []
+    moving = None  # the name being moved and its staged file's identity
     try:
         for name in names:
             if force and os.path.lexists(out / name):
                 _check_replaceable(out / name)
                 os.replace(out / name, old / name)
                 set_aside.append(name)
+            staged = os.stat(staging / name)
+            moving = (name, staged.st_dev, staged.st_ino)
             move_into_place(staging / name, out / name, force=False)
             moved.append(name)
+            moving = None
     except BaseException:
+        if moving is not None and _holds(out / moving[0], moving[1:]):
+            moved.append(moving[0])  # stopped after its move, before it was counted
         for name in moved:
             (out / name).unlink(missing_ok=True)
         for name in set_aside:
