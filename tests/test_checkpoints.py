@@ -127,6 +127,33 @@ def as_bin(folder: Path, target: Path) -> Path:
     return target
 
 
+def test_a_torch_state_dict_is_read_without_torch(tiny_bert, tmp_path):
+    """torch's zip format is read by its pickle alone, nothing in it run: in a process
+    where torch cannot be imported, a `.bin` of the model (a Parameter among its tensors,
+    one table strided) gives every tensor as the safetensors file holds it."""
+    import subprocess
+    import sys
+
+    import torch
+
+    weights = {k: torch.tensor(v) for k, v in state_dict(tiny_bert).items()}
+    name = "embeddings.word_embeddings.weight"
+    weights[name] = torch.tensor(state_dict(tiny_bert)[name].T.copy()).T  # strides (1, n)
+    weights["pooler.dense.bias"] = torch.nn.Parameter(weights["pooler.dense.bias"])
+    torch.save(weights, tmp_path / "w.bin")
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import numpy as np\n"
+            "from workbook_builder.models.files import read_checkpoint\n"
+            f"c = read_checkpoint({str(tmp_path / 'w.bin')!r})\n"
+            f"np.savez({str(tmp_path / 'read.npz')!r}, **{{n: c.tensor(n) for n in c.shapes}})")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got, want = np.load(tmp_path / "read.npz"), state_dict(tiny_bert)
+    assert sorted(got.files) == sorted(want)
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key], value.astype(got[key].dtype), err_msg=key)
+
+
 def formats(tiny_bert: Path, tmp_path: Path) -> dict[str, tuple[Path, dict]]:
     """Each format, and the flags it needs (a bare weights file has no config)."""
     bare = {"heads": 2, "ln_eps": 1e-12, "activation": "gelu", "gelu": "exact"}

@@ -453,6 +453,17 @@ def _from_folder(folder: Path) -> Checkpoint:
     return checkpoint
 
 
+def _zip_weights(archive: zipfile.ZipFile,
+                 path: Path) -> tuple[dict[PurePosixPath, str], list[PurePosixPath]]:
+    """A checkpoint zip's members by path (its parts bounded), and its weights files, the
+    shallowest first: the first is the model folder's."""
+    check_zip_parts(archive, path, "checkpoint")
+    members = {PurePosixPath(n): n for n in archive.namelist()}
+    weights = sorted((p for p in members if p.name in WEIGHT_FILES),
+                     key=lambda p: (len(p.parts), WEIGHT_FILES.index(p.name)))
+    return members, weights
+
+
 def _from_zip(path: Path) -> Checkpoint:
     """A zip of a model folder, at its root or inside one folder (the shallowest wins).
     Every member read is bounded by the size the zip declares for it, before unpacking;
@@ -461,10 +472,7 @@ def _from_zip(path: Path) -> Checkpoint:
     check_zip_directory(path, "checkpoint")
     try:
         with zipfile.ZipFile(path) as archive:
-            check_zip_parts(archive, path, "checkpoint")
-            members = {PurePosixPath(n): n for n in archive.namelist()}
-            weights = sorted((p for p in members if p.name in WEIGHT_FILES),
-                             key=lambda p: (len(p.parts), WEIGHT_FILES.index(p.name)))
+            members, weights = _zip_weights(archive, path)
             if not weights:
                 raise UserError(f"{path}: the zip holds no {' or '.join(WEIGHT_FILES)}")
             folder = weights[0].parent
@@ -945,10 +953,7 @@ def model_json(path: Path, relative: str) -> tuple[dict | list | None, str]:
     check_zip_directory(path, "checkpoint")
     try:
         with zipfile.ZipFile(path) as archive:
-            check_zip_parts(archive, path, "checkpoint")
-            members = {PurePosixPath(n): n for n in archive.namelist()}
-            weights = sorted((p for p in members if p.name in WEIGHT_FILES),
-                             key=lambda p: (len(p.parts), WEIGHT_FILES.index(p.name)))
+            members, weights = _zip_weights(archive, path)
             folder = weights[0].parent if weights else PurePosixPath("")
             member = folder / relative
             if member not in members:
