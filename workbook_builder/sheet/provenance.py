@@ -11,7 +11,6 @@ is a part of the checkpoint a flag may take less of (the first --layers layers),
 sheet. No reader or kind keeps its own list of contradictions."""
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from workbook_builder.errors import UserError
 from workbook_builder.sheet.kind import make_params
 
-DEFAULT, EXAMPLE, INPUTS, TOKENS, FLAG = "default", "example", "inputs", "tokens", "flag"
+DEFAULT, EXAMPLE, INPUTS, FLAG = "default", "example", "inputs", "flag"
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,8 @@ class Fixed:
     where: str
     key: str | None = None
     at_most: bool = False  # a flag may take a smaller part (layers 0 … k−1 of the model)
+    # fixed at the kind's default, the value the reader computed the model with
+    kind_default: bool = False
 
     def said(self) -> str:
         """"…/config.json: num_attention_heads", or the phrase."""
@@ -43,45 +44,34 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return repr(value)
-    return str(value)
-
-
 def _same(given: Any, fixed: Any) -> bool:
-    """A flag at the checkpoint's value: equal, a whole float equal to an int, or the same
-    float written otherwise (1e-12 and 1E-12)."""
+    """A flag at the checkpoint's value (a whole float equals its int; a switch is only
+    ever equal to a switch)."""
     if isinstance(given, bool) or isinstance(fixed, bool):
-        return given is fixed or (isinstance(given, bool) and isinstance(fixed, bool)
-                                  and given == fixed)
-    if isinstance(given, int | float) and isinstance(fixed, int | float):
-        return math.isclose(given, fixed, rel_tol=0.0, abs_tol=0.0) or given == fixed
+        return isinstance(given, bool) and isinstance(fixed, bool) and given == fixed
     return given == fixed
 
 
 def refuse_contradicting_flags(fixed: Mapping[str, Fixed], flags: Mapping[str, Any]) -> None:
     """One line, naming the flag, where the checkpoint says otherwise and its value, for the
-    first flag that differs from a value the checkpoint fixes."""
+    first flag that differs from a value the checkpoint fixes (or, `at_most`, exceeds it)."""
     for name, given in flags.items():
-        if name not in fixed:
+        held = fixed.get(name)
+        if held is None:
             continue
-        held = fixed[name]
-        if held.at_most and isinstance(given, int) and not isinstance(given, bool) \
-                and 1 <= given <= held.value:
+        if held.at_most:
+            if isinstance(given, int) and not isinstance(given, bool) and \
+                    1 <= given <= held.value:
+                continue
+        elif _same(given, held.value):
             continue
-        if held.at_most or not _same(given, held.value):
-            flag = flag_of(name)
-            shown = "" if given is True and not held.at_most else f" {_shown(given)}"
-            if given is True or given is False:
-                shown = f" {given}"
-            bound = f"at most {_shown(held.value)}" if held.at_most else _shown(held.value)
-            subject = held.where.split(" (")[0]
-            plural = not held.key and subject.endswith("s") and not subject.endswith("'s")
-            verb = "give" if plural else "gives"
-            raise UserError(f"{flag}{shown} contradicts the checkpoint ({held.said()} {verb} "
-                            f"{bound}); the sheet computes the model as its checkpoint "
-                            f"defines it: leave {flag} out")
+        flag = flag_of(name)
+        bound = f"at most {held.value}" if held.at_most else str(held.value)
+        subject = held.where.split(" (")[0]
+        plural = not held.key and subject.endswith("s") and not subject.endswith("'s")
+        raise UserError(f"{flag} {given} contradicts the checkpoint ({held.said()} "
+                        f"{'give' if plural else 'gives'} {bound}); the sheet computes the "
+                        f"model as its checkpoint defines it: leave {flag} out")
 
 
 @dataclass(frozen=True)
@@ -108,7 +98,7 @@ def settle(kind, decided: CheckpointParams, flags: Mapping[str, Any]) -> dict[st
                 field.default is dataclasses.MISSING:
             continue
         fixed[field.name] = Fixed(field.default, f"{decided.family} as the {kind.name} "
-                                  f"sheet reads it")
+                                  f"sheet reads it", kind_default=True)
     refuse_contradicting_flags(fixed, flags)
     return fixed
 
@@ -116,14 +106,13 @@ def settle(kind, decided: CheckpointParams, flags: Mapping[str, Any]) -> dict[st
 def sources(kind, params, *, flags: Mapping[str, Any], fixed: Mapping[str, Fixed] | None,
             example: Mapping[str, Any] | None, inferred: Mapping[str, Any]) -> dict[str, str]:
     """Each parameter's source in words, in the kind's order: "flag", "example",
-    "…/config.json's num_attention_heads", "inputs", "default"."""
+    "…/config.json: num_attention_heads", "inputs", "default"."""
     said = {}
     for field in dataclasses.fields(kind.Params):
         name = field.name
         if name in flags:
             said[name] = FLAG
-        elif fixed and name in fixed and fixed[name].where and not \
-                fixed[name].where.endswith("sheet reads it"):
+        elif fixed and name in fixed and not fixed[name].kind_default:
             said[name] = fixed[name].said()
         elif example and name in example:
             said[name] = EXAMPLE
@@ -135,7 +124,7 @@ def sources(kind, params, *, flags: Mapping[str, Any], fixed: Mapping[str, Fixed
 
 
 def sources_line(params, said: Mapping[str, str]) -> str:
-    """"parameters: heads 2 from …/config.json's num_attention_heads, seq_len 3 by flag, …,
+    """"parameters: heads 2 from …/config.json: num_attention_heads, seq_len 3 by flag, …,
     the rest default": one line for the About sheet and the build line."""
     parts, rest = [], []
     for name, source in said.items():
@@ -143,11 +132,11 @@ def sources_line(params, said: Mapping[str, str]) -> str:
         if source == DEFAULT:
             rest.append(name)
         elif source == FLAG:
-            parts.append(f"{name} {_shown(value)} by flag")
+            parts.append(f"{name} {value} by flag")
         elif source in (EXAMPLE, INPUTS):
-            parts.append(f"{name} {_shown(value)} from the {source}")
+            parts.append(f"{name} {value} from the {source}")
         else:
-            parts.append(f"{name} {_shown(value)} from {source}")
+            parts.append(f"{name} {value} from {source}")
     tail = ["the rest default"] if rest and parts else ["all default"] if rest else []
     return "parameters: " + ", ".join(parts + tail)
 
