@@ -206,3 +206,57 @@ def test_build_with_check_reports_as_check_does(tmp_path, monkeypatch):
     monkeypatch.setattr(workbook_builder.api, "check", one_step_off)
     failed = cli("build", "attention", "-o", tmp_path / "b.xlsx", "--check")
     assert failed.returncode == 1 and "FAIL" in failed.stdout.upper()
+
+
+# -- help texts name only flags that exist; a near miss is named ---------------------------
+
+def _help(*command) -> str:
+    """`attnsheets COMMAND --help`, its flags that argparse wrapped at a hyphen joined."""
+    shown = cli(*command, "--help")
+    assert shown.returncode == 0, shown.stderr
+    return re.sub(r"(--[a-z0-9-]*-)\n\s*", r"\1", shown.stdout)
+
+
+def _flags_defined(text: str) -> set[str]:
+    """The long flags a help text's option lines define."""
+    return set(re.findall(r"^\s+(?:-\w[^,\n]*, )?(--[a-z0-9][a-z0-9-]*)", text, re.M))
+
+
+def _flags_named(text: str) -> set[str]:
+    """Every long flag a help text names, but another program's (`ssconvert --recalc`)."""
+    return set(re.findall(r"(?<![\w-])(?<!ssconvert )(--[a-z0-9][a-z0-9-]*)", text))
+
+
+def test_every_help_text_names_only_flags_that_exist():
+    kinds = workbook_builder.api.kinds()
+    defined = {kind: _flags_defined(_help("build", kind)) for kind in kinds}
+    for kind in kinds:
+        assert _flags_named(_help("build", kind)) - defined[kind] == set(), kind
+    for command in ("list", "check", "pdf", "demo", "reproduce", "grade"):
+        text = _help(command)
+        assert _flags_named(text) - _flags_defined(text) == set(), command
+    for command in ("build", "class"):  # the list of kinds: each summary's flags its kind's
+        text = _help(command)
+        for kind, summary in re.findall(r"^    ([a-z0-9-]+)\s+(.*(?:\n {10,}.*)*)", text,
+                                        re.M):
+            if kind in defined:
+                assert _flags_named(summary) <= defined[kind], (command, kind)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["build", "attention", "--seq-length", "3"], "unrecognized arguments: --seq-length 3; "
+                                                  "did you mean --seq-len?"),
+    (["build", "attention", "--seqlen=3"], "did you mean --seq-len?"),
+    (["build", "atention"], "invalid choice: 'atention'"),
+    (["buld", "attention"], "; did you mean build?"),
+])
+def test_a_near_miss_is_named(tmp_path, args, says):
+    line = one_line_error(cli(*args, "-o", tmp_path / "a.xlsx"))
+    assert says in line, line
+    if "atention" in args:
+        assert "; did you mean attention?" in line
+
+
+def test_a_far_miss_names_nothing(tmp_path):
+    line = one_line_error(cli("build", "attention", "--zzz", "3", "-o", tmp_path / "a.xlsx"))
+    assert "unrecognized arguments: --zzz 3" in line and "did you mean" not in line

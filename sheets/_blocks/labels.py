@@ -17,8 +17,12 @@ class TwoSequenceKind(Kind):
 
     target = "tgt_len"
 
-    tokens_help = ('"SOURCE|TARGET" labels, each side comma-separated, e.g. '
-                   '"我,爱,AI|I,love,AI" (also sets --src-len and --tgt-len)')
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # the flags --tokens sets, by their names in this kind (seq2seq: --decode)
+        cls.tokens_help = ('"SOURCE|TARGET" labels, each side comma-separated, e.g. '
+                           f'"我,爱,AI|I,love,AI" (also sets --src-len and '
+                           f'--{cls.target.replace("_", "-")})')
 
     @classmethod
     def params_from_tokens(cls, tokens):

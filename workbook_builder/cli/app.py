@@ -119,10 +119,41 @@ def _clean_exit_on_signals() -> Iterator[None]:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit 2)."""
+    """argparse, but a usage error is one line on stderr (exit 2) that names the flag, kind
+    or command meant when one is close to what was typed."""
+
+    # every long flag the parsers of this command line take (a build's: its kind's alone)
+    flags_taken: set[str] = set()
+
+    def add_argument(self, *names, **kwargs):
+        Parser.flags_taken.update(name for name in names if name.startswith("--"))
+        return super().add_argument(*names, **kwargs)
 
     def error(self, message):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{_did_you_mean(message)} "
+                              f"(see --help)\n")
+
+
+def _did_you_mean(message: str) -> str:
+    """"; did you mean --seq-len?" for an unknown flag or an invalid choice close to one
+    that exists, else nothing."""
+    import difflib
+    import re
+
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        typed = [word.split("=")[0] for word in unknown.group(1).split()
+                 if word.startswith("--")]
+        candidates = sorted(Parser.flags_taken)
+    else:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        typed = [choice.group(1)] if choice else []
+        candidates = re.findall(r"'([^']*)'", choice.group(2)) if choice else []
+    for word in typed:
+        close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.75)
+        if close:
+            return f"; did you mean {close[0]}?"
+    return ""
 
 
 def _api():
