@@ -222,6 +222,47 @@ def roster(tmp_path, ids=("s01", "s02", "李雷")) -> Path:
     return path
 
 
+# a roster as Excel and LibreOffice save it: UTF-8 (with its BOM or without), GBK (“CSV”
+# on a Chinese Windows), UTF-16 with its BOM and tabs (Excel's “Unicode text”)
+ROSTER_ROWS = [["Name", "Student ID"], ["张伟", "s01"], ["李娜", "s02"], ["Wang Fang", "王芳"]]
+SAVED_AS = {"utf-8": ("utf-8", ","), "utf-8-bom": ("utf-8-sig", ","), "gbk": ("gbk", ","),
+            "unicode-text": ("utf-16", "\t")}
+
+
+def saved_roster(tmp_path, how: str) -> Path:
+    encoding, delimiter = SAVED_AS[how]
+    path = tmp_path / f"roster-{how}.csv"
+    text = "".join(delimiter.join(row) + "\r\n" for row in ROSTER_ROWS)
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+@pytest.mark.parametrize("how", list(SAVED_AS))
+def test_a_roster_in_any_encoding_spreadsheets_save_gives_the_same_class(tmp_path, how):
+    from workbook_builder.teaching.classroom import read_roster
+
+    want = read_roster(saved_roster(tmp_path, "utf-8"))
+    assert [(s.id, s.name) for s in want] == [(r[1], r[0]) for r in ROSTER_ROWS[1:]]
+    assert read_roster(saved_roster(tmp_path, how)) == want
+    out = tmp_path / "class"
+    done = cli("class", "attention", "--roster", saved_roster(tmp_path, how), "--out", out,
+               "--seq-len", "2", "--d-model", "2", "--d-k", "2", "--exercise", "OUTPUT")
+    assert done.returncode == 0, done.stderr
+    manifest = list(csv.DictReader((out / "manifest.csv").open(encoding="utf-8")))
+    assert [row["name"] for row in manifest] == [r[0] for r in ROSTER_ROWS[1:]]
+
+
+def test_a_roster_in_another_code_page_says_how_to_save_one_that_reads(tmp_path):
+    path = tmp_path / "roster.csv"
+    path.write_bytes("Name,Student ID\r\nZoë,s01\r\n".encode("cp1252"))
+    line = one_line_error(cli("class", "attention", "--roster", path, "--out",
+                              tmp_path / "class", "--exercise", "OUTPUT"))
+    assert line.endswith(f"{path}: not a roster in UTF-8, UTF-16 or GBK text; save it from "
+                         f"the spreadsheet as CSV UTF-8 (Excel: “CSV UTF-8 (Comma delimited)”; "
+                         f"LibreOffice: Text CSV, character set Unicode (UTF-8))"), line
+    assert not (tmp_path / "class").exists()
+
+
 def input_blocks(path):
     wb = openpyxl.load_workbook(path)
     out = {}

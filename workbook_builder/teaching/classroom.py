@@ -59,19 +59,47 @@ class Student:
         return int.from_bytes(digest[:4], "big")
 
 
-def read_roster(path: Path, id_column: str | None = None) -> list[Student]:
-    """Students from a CSV with a header row; one line per error, naming the line."""
+# what a teacher's spreadsheet saves a roster as, and how to save one that reads
+ROSTER_FIX = ("save it from the spreadsheet as CSV UTF-8 (Excel: “CSV UTF-8 (Comma "
+              "delimited)”; LibreOffice: Text CSV, character set Unicode (UTF-8))")
+
+
+def roster_text(path: Path) -> tuple[str, str]:
+    """A roster's text and the delimiter between its columns, in the encodings teachers'
+    spreadsheets write: UTF-8 with or without its BOM, UTF-16 with its BOM (Excel's
+    “Unicode text”, tab-separated), GBK/GB18030 (“CSV” on a Chinese Windows); anything else
+    is one line saying how to save one that reads."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: no such roster file") from None
     except IsADirectoryError:
         raise UserError(f"{path} is a folder, not a roster CSV") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not a readable UTF-8 CSV file ({exc})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: not a readable roster ({exc.strerror or exc})") from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        encodings = ("utf-16",)
+    else:
+        encodings = ("utf-8-sig", "gb18030")
+    for encoding in encodings:
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        if encoding == "gb18030" and not re.search(r"[\u3400-\u9fff]", text):
+            break  # decodes, but holds no Chinese: another code page read wrongly
+        header = text.split("\n", 1)[0]
+        delimiter = next((d for d in ("\t", ";") if d in header and "," not in header), ",")
+        return text, delimiter
+    raise UserError(f"{path}: not a roster in UTF-8, UTF-16 or GBK text; {ROSTER_FIX}")
+
+
+def read_roster(path: Path, id_column: str | None = None) -> list[Student]:
+    """Students from a CSV with a header row; one line per error, naming the line."""
+    text, delimiter = roster_text(path)
     try:
         # not str.splitlines: it also splits at \x1c-\x1e, \x85 and U+2028, which CSV keeps
-        rows = list(csv.reader(io.StringIO(text, newline="")))
+        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
     except csv.Error as exc:
         raise UserError(f"{path}: not a readable CSV file ({exc})") from None
     if not rows or not any(cell.strip() for cell in rows[0]):
