@@ -257,6 +257,23 @@ def test_a_near_miss_is_named(tmp_path, args, says):
         assert "; did you mean attention?" in line
 
 
+def test_a_checkpoint_given_to_a_kind_that_takes_none_names_the_kinds_that_do(tmp_path):
+    line = one_line_error(cli("build", "attention", "--checkpoint", tmp_path, "-o",
+                              tmp_path / "a.xlsx"))
+    kinds = workbook_builder.api.CHECKPOINT_KINDS
+    assert f"unrecognized arguments: --checkpoint {tmp_path}; --checkpoint is for " \
+           f"{', '.join(kinds)} (see --help)" in line and "encoder" in kinds, line
+
+
 def test_a_far_miss_names_nothing(tmp_path):
     line = one_line_error(cli("build", "attention", "--zzz", "3", "-o", tmp_path / "a.xlsx"))
     assert "unrecognized arguments: --zzz 3" in line and "did you mean" not in line
+
+
+def test_a_zip_that_is_no_model_is_named_before_any_text_is_asked_for(tmp_path):
+    archive = tmp_path / "notes.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        out.writestr("notes.txt", "not a model")
+    line = one_line_error(cli("build", "encoder", "--checkpoint", archive, "-o",
+                              tmp_path / "e.xlsx"))
+    assert f"{archive}: the zip holds no model.safetensors or pytorch_model.bin" in line, line

@@ -241,11 +241,11 @@ def test_grade_with_an_engine_recalculates_the_students_formulas(tmp_path):
              for i in range(output.shape[0]) for j in range(output.shape[1])}
     store_values(filled, tmp_path / "stale.xlsx", stale)
     saved = cli("grade", tmp_path / "stale.xlsx")
-    assert "9/15 (60%)" in saved.stdout, saved.stdout + saved.stderr
+    assert "9/15 (60.0%)" in saved.stdout, saved.stdout + saved.stderr
     for engine in ("gnumeric", "formulas"):
         result = cli("grade", tmp_path / "stale.xlsx", "--engine", engine)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "15/15 (100%)" in result.stdout
+        assert "15/15 (100.0%)" in result.stdout
 
 
 @requires_gnumeric
@@ -258,7 +258,7 @@ def test_grade_and_check_a_file_saved_by_gnumeric_whose_key_became_visible(tmp_p
     for extra in ([], ["--engine", "gnumeric"], ["--engine", "formulas"]):
         result = cli("grade", saved, *extra)
         assert result.returncode == 0 and not result.stderr, result.stdout + result.stderr
-        assert "15/15 (100%)" in result.stdout
+        assert "15/15 (100.0%)" in result.stdout
     report = check_workbook(saved, "gnumeric")  # still a correct exercise
     assert report.passed, format_report(report)
 

@@ -351,6 +351,16 @@ def test_grade_a_class_with_a_broken_file(tmp_path):
     assert "graded 3 of 5 files" in result.stdout
 
 
+def test_grading_one_file_says_what_it_read_and_the_score_grades_csv_holds(tmp_path):
+    filled = student_answers(tmp_path)
+    out = tmp_path / "grades.csv"
+    result = cli("grade", filled, "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"found 1 workbook(s) to grade in {filled}\n" in result.stdout
+    score = next(csv.DictReader(out.open(encoding="utf-8")))["score"]
+    assert f"({score}%)" in result.stdout, (score, result.stdout)
+
+
 @requires_libreoffice
 def test_grade_reads_a_file_saved_by_libreoffice(tmp_path):
     filled = student_answers(tmp_path)
@@ -360,7 +370,7 @@ def test_grade_reads_a_file_saved_by_libreoffice(tmp_path):
     assert zipfile.is_zipfile(saved)
     result = cli("grade", saved)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "15/15 (100%)" in result.stdout
+    assert "15/15 (100.0%)" in result.stdout
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -310,7 +310,7 @@ def test_a_class_on_the_cross_attention_weights_is_graded(tmp_path):
     graded = cli("grade", *sorted(returned.iterdir()))
     assert graded.returncode in (0, 1), graded.stdout + graded.stderr
     cells = 2 * small["src_len"]
-    assert f"{cells}/{cells} (100%)" in graded.stdout
+    assert f"{cells}/{cells} (100.0%)" in graded.stdout
     assert f"{cells - 1}/{cells}" in graded.stdout
 
 

@@ -415,8 +415,9 @@ def build(kind: str, path: str | Path | None = None, *,
     if checkpoint is not None and layout == "cells":
         cells = sum(r * c for r, c in kind_class.input_shapes(params).values())
         if cells > CELLS_LAYOUT_LIMIT:
-            raise UserError(f"this layer has {cells:,} input cells, too many for the cells "
-                            f"layout (one formula per cell); build it with --layout blocks")
+            raise UserError(f"{kind_class.name}: this sheet has {cells:,} input cells, too "
+                            f"many for the cells layout (one formula per cell); build it "
+                            f"with --layout blocks")
     # saved at once: large input blocks go to the file without a cell object each
     request = plan_build(kind_class, params, labels_given, max_cells=max_cells, layout=layout,
                          lang=lang, exercise=exercise, note=note, sources=said,

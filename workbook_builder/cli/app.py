@@ -144,6 +144,8 @@ def _did_you_mean(message: str) -> str:
     if unknown:
         typed = [word.split("=")[0] for word in unknown.group(1).split()
                  if word.startswith("--")]
+        if "--checkpoint" in typed:  # given to a kind no checkpoint fills
+            return f"; --checkpoint is for {', '.join(_api().CHECKPOINT_KINDS)}"
         candidates = sorted(Parser.flags_taken)
     else:
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)

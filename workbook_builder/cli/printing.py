@@ -198,8 +198,9 @@ def format_grades(grades: "list[Grade]") -> tuple[list[str], str]:
             changed += "  FORGED: " + ", ".join(f"{reason} {len(cells)}" for reason, cells
                                                 in g.forged.items()) if g.forged else ""
             changed += f"  ({printable('; '.join(g.notes))})" if g.notes else ""
+            # the score as grades.csv writes it (one decimal), so the two never disagree
             lines.append(f"{who}  {g.correct}/{g.total} "
-                         f"({100 * g.correct / g.total:.0f}%)  {steps}{typed}{changed}")
+                         f"({100 * g.correct / g.total:.1f}%)  {steps}{typed}{changed}")
     files = [g for g in grades if g.returned]
     graded = [g for g in files if not g.problem]
     counted = [g for g in graded if not g.same_as]  # each student once

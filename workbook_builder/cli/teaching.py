@@ -160,8 +160,9 @@ def cmd_grade(args) -> bool:
             print(f"attnsheets: warning: {printable(str(grade.file))}: "
                   f"{printable('; '.join(grade.notes))}", file=sys.stderr)
     lines, summary = format_grades(grades)
+    folders = " (subfolders included)" if any(Path(p).is_dir() for p in args.paths) else ""
     print(printable(f"found {len(files)} workbook(s) to grade in "
-                    f"{', '.join(map(str, args.paths))} (subfolders included)"))
+                    f"{', '.join(map(str, args.paths))}{folders}"))
     print("\n".join(lines))
     print(printable(summary + (f"; wrote {args.out}" if args.out is not None else "")))
     return all(not g.problem and not g.changes and not g.forged for g in grades)

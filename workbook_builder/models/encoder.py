@@ -106,8 +106,6 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     loader.check_request(text, token_ids, 0)
     if text2 is not None and token_ids2 is not None:
         raise UserError("give --text2 or --token-ids2, not both")
-    if text is None and token_ids is None:
-        raise UserError("the encoder sheet starts from token ids: give --text or --token-ids")
     explicit = dict(explicit or {})
     path = Path(path)
     head = sentence_head(path)
@@ -121,6 +119,9 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     family = loader._family(checkpoint, ENCODERS)
     base = loader._prefix(checkpoint, family, prefix)
     loader.refuse_unused_tensors(checkpoint, family, base, kind_name)
+    # what the folder is comes first: a folder that is no model says so with or without text
+    if text is None and token_ids is None:
+        raise UserError("the encoder sheet starts from token ids: give --text or --token-ids")
     sizes = loader._sizes(checkpoint, family, base, explicit, kind_name)
     count = loader._layer_count(checkpoint, family, base)
     ids, labels = head.ids_and_labels(checkpoint, "--text", text, token_ids)
