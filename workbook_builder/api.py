@@ -53,9 +53,7 @@ from workbook_builder.engines.formulas_engine import CellValues, FormulasModel
 from workbook_builder.errors import UserError
 from workbook_builder.language.i18n import LANGS
 from workbook_builder.models.examples import MINILM_PIP, make_example
-from workbook_builder.models.readers import CHECKPOINT_KINDS as READER_KINDS
-from workbook_builder.models.readers import TWO_TEXT_KINDS as READER_TWO_TEXT_KINDS
-from workbook_builder.models.readers import reader_of
+from workbook_builder.models.readers import CHECKPOINT_KINDS, TWO_TEXT_KINDS, reader_of
 from workbook_builder.registry import get_kind, load_kinds
 from workbook_builder.sheet.constants import (
     CONSTANT_BLOCK_CELLS,
@@ -248,9 +246,6 @@ def _described(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-# the kinds `--checkpoint` can fill, and the one that embeds a second text: from the one
-# table of checkpoint readers (models/readers.py)
-CHECKPOINT_KINDS, TWO_TEXT_KINDS = READER_KINDS, READER_TWO_TEXT_KINDS
 # a real model's layer in the `cells` layout (one formula per cell, each reading a whole
 # row of d_model or d_ff numbers) takes the `formulas` engine many minutes: past this many
 # input cells `build` asks for `blocks`

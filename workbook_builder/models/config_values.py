@@ -101,6 +101,14 @@ def config_file(checkpoint) -> str:
     return checkpoint.source
 
 
+def layers_part(checkpoint, layers_key: str) -> Fixed:
+    """Where a checkpoint's count of layers comes from (its config.json's `layers_key`, or
+    its layers' tensors), as a part a flag may take less of: the first --layers layers."""
+    if checkpoint.config is not None:
+        return Fixed(None, config_file(checkpoint), layers_key, at_most=True)
+    return Fixed(None, "its layers' tensors", at_most=True)
+
+
 def refuse_contradicted_flags(checkpoint, decided: dict[str, Any], explicit: dict[str, Any],
                               said_by: dict[str, "str | Fixed"]) -> dict[str, Fixed]:
     """What the checkpoint fixes (`decided`: our parameter -> what its config, its shapes

@@ -17,13 +17,13 @@ import numpy as np
 
 from workbook_builder.errors import UserError
 from workbook_builder.models import loader
-from workbook_builder.models.config_values import config_file, refuse_contradicted_flags
+from workbook_builder.models.config_values import layers_part, refuse_contradicted_flags
 from workbook_builder.models.families import ENCODERS
 from workbook_builder.models.files import Checkpoint, read_checkpoint, tokenizer_text
 from workbook_builder.models.onnx_graph import NOT_IN_GRAPH, onnx_checkpoint
 from workbook_builder.models.sentence_settings import lowercasing_first, read_pipeline
 from workbook_builder.registry import get_kind
-from workbook_builder.sheet.provenance import CheckpointParams, Fixed
+from workbook_builder.sheet.provenance import CheckpointParams, checked_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Head:
         if which == "--text2":
             self._second_text_check("--text2" if text is not None else "--token-ids2")
         if text is not None and text.strip() and (self.prompt or self.lower_case):
-            text = loader.GivenText(self.prompt + text, loader.flag_of(text, which))
+            text = loader.GivenText(self.prompt + text, loader.typed_flag(text, which))
             if self.lower_case:
                 checkpoint = dataclasses.replace(
                     checkpoint, tokenizer_json=lowercasing_first(checkpoint.tokenizer_json))
@@ -136,7 +136,7 @@ def encoder_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
                        explicit)
     params = {**decided.values(), **{k: v for k, v in explicit.items()
                                      if k in decided.free or k == "layers"}}
-    checked = loader._checked_params(
+    checked = checked_params(
         kind, kind.resolve_tokens({**params, **explicit}, labels + (second[1] or [])),
         decided.fixed, explicit)
     inputs = _layer_weights(checkpoint, family, base, kind.input_shapes(checked),
@@ -159,10 +159,7 @@ def _decided(checkpoint: Checkpoint, family, head: Head, sizes: dict[str, Any],
     its head, its tensors, the tokens), a flag against one refused; a bare weights file
     leaves the layers' sizes its config would give to the flags."""
     config = checkpoint.config is not None
-    layers_said = Fixed(count, config_file(checkpoint), family.layers_key, at_most=True) \
-        if config else Fixed(count, "its layers' tensors", at_most=True)
-    folder = Path(checkpoint.source).parent if checkpoint.config is not None and \
-        Path(checkpoint.source).suffix.lower() != ".zip" else Path(checkpoint.source)
+    folder = head.source
     if head.pooling == "none":
         pooling_said = normalize_said = f"{folder}: no modules.json (the answer is the last " \
                                         f"hidden state)"
@@ -178,7 +175,8 @@ def _decided(checkpoint: Checkpoint, family, head: Head, sizes: dict[str, Any],
     decided.update({"vocab": vocab, "layers": count, "pooling": head.pooling,
                     "normalize": head.normalize, "seq_len": len(ids), "pre_ln": False})
     said = {**loader.said_by(family), "vocab": "the shape of its word embedding table",
-            "layers": layers_said, "pooling": pooling_said, "normalize": normalize_said}
+            "layers": layers_part(checkpoint, family.layers_key), "pooling": pooling_said,
+            "normalize": normalize_said}
     if ids2 is not None:
         decided["seq_len2"] = len(ids2)
         said["seq_len2"] = "the tokens of --text2 or --token-ids2"

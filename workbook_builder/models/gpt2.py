@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from workbook_builder.errors import UserError
-from workbook_builder.models.config_values import config_file, refuse_contradicted_flags
+from workbook_builder.models.config_values import layers_part, refuse_contradicted_flags
 from workbook_builder.models.families import CONV1D, GPT2
 from workbook_builder.models.files import Checkpoint
 from workbook_builder.registry import get_kind
-from workbook_builder.sheet.provenance import CheckpointParams, Fixed, checked_params
+from workbook_builder.sheet.provenance import CheckpointParams, checked_params
 
 # config.json activation_function -> our GELU form (GPT-2's gelu_new is the tanh form)
 GELU_OF = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
@@ -52,13 +52,12 @@ def gpt2_inputs(kind_name: str, checkpoint: Checkpoint, base: str, layer: int,
     vocab = sizes["vocab"]
     fields = {f.name for f in dataclasses.fields(kind.Params)}
     said = {ours: key for key, ours in GPT2.config.items()}
-    layers_said = Fixed(None, config_file(checkpoint), GPT2.layers_key, at_most=True) \
-        if checkpoint.config is not None else Fixed(None, "its layers' tensors", at_most=True)
     fixed = refuse_contradicted_flags(checkpoint, {k: v for k, v in decided.items()
                                                    if k in fields}, explicit, {
         **said, "gelu": "activation_function", "layer_number": f"--layer {layer}",
         "scale_by_layer": "scale_attn_by_inverse_layer_idx",
-        "seq_len": "the tokens of --text or --token-ids", "layers": layers_said})
+        "seq_len": "the tokens of --text or --token-ids",
+        "layers": layers_part(checkpoint, GPT2.layers_key)})
     if "layers" in explicit:  # gpt holds the first --layers layers (all by default)
         sizes["layers"] = explicit["layers"]
     # the vocabulary's direction on the sheet is the user's; a bare weights file's eps

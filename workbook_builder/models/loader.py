@@ -34,7 +34,7 @@ from workbook_builder.models.files import Checkpoint, read_checkpoint
 from workbook_builder.models.gpt2 import gpt2_inputs
 from workbook_builder.registry import get_kind
 from workbook_builder.sheet.kind import make_params
-from workbook_builder.sheet.provenance import CheckpointParams, Fixed, checked_params
+from workbook_builder.sheet.provenance import CheckpointParams, checked_params
 
 MODELS_EXTRA = "pip install 'attnsheets[models]'"
 # flags that shape every layer, so also the layers computed before the one on the sheet
@@ -135,7 +135,7 @@ def model_inputs(kind_name: str, path: str | Path, *, layer: int = 0,
     if ids is not None:
         params["seq_len"] = len(ids)
         family = _positions_family(checkpoint, family, base)
-    checked = _checked_params(kind, {**params, **explicit}, fixed, explicit)
+    checked = checked_params(kind, {**params, **explicit}, fixed, explicit)
     inputs = _layer_inputs(checkpoint, family, base, layer, kind.input_shapes(checked))
     where = f"{family.name} layer {layer} of {Path(str(path)).name}"
     decided_params = CheckpointParams(fixed, frozenset(free), family.name)
@@ -164,13 +164,6 @@ def _positions_note(family: Family) -> str:
     if "TYPE_EMB" not in family.embeddings:
         return f" ({family.name} has no token types: TYPE_EMB rows are zeros)"
     return ""
-
-
-def _checked_params(kind, values: dict[str, Any], fixed: dict[str, Fixed],
-                    explicit: dict[str, Any]):
-    """The kind's parameters; a value the checkpoint gave that the kind refuses is named by
-    its file and key, not by a flag nobody passed (sheet/provenance.py)."""
-    return checked_params(kind, values, fixed, explicit)
 
 
 def refuse_unused_tensors(checkpoint: Checkpoint, family: Family, base: str,
@@ -263,11 +256,11 @@ def _ids_and_labels(checkpoint: Checkpoint, text: str | None,
     --token-ids2 arrive as GivenText and TokenIds saying so) for every message about them."""
     if text is not None:
         ids, labels = _tokenize(checkpoint, text)
-        ids = TokenIds(ids, flag_of(text, "--text"))
+        ids = TokenIds(ids, typed_flag(text, "--text"))
         check_vocabulary(checkpoint, ids)
         return ids, labels
     if token_ids is not None:
-        ids = TokenIds(token_ids, flag_of(token_ids, "--token-ids"))
+        ids = TokenIds(token_ids, typed_flag(token_ids, "--token-ids"))
         check_vocabulary(checkpoint, ids)
         return ids, _labels_of(checkpoint, ids)
     return None, None
@@ -408,12 +401,8 @@ def _embedding_inputs(checkpoint: Checkpoint, family: Family, base: str,
         raise UserError(f"{checkpoint.source}: no tensor {base + word_name} "
                         f"(vocabulary×d_model): the embedding step needs it")
     vocab, d = word_shape
-    flag = flag_of(ids, "--token-ids")
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise UserError(f"{flag}: token id {bad[0]} is outside the vocabulary, 0 … "
-                        f"{vocab - 1} (the {vocab:,} rows of tensor {base + word_name} in "
-                        f"{checkpoint.source})")
+    flag = typed_flag(ids, "--token-ids")
+    _refuse_outside(ids, vocab, base + word_name, checkpoint)
     lookups = {"WORD_EMB": ids, "POS_EMB": _positions(checkpoint, family, ids),
                "TYPE_EMB": [0] * len(ids)}
     inputs = {}
@@ -509,8 +498,8 @@ def _tokenizer(checkpoint: Checkpoint):
 
 
 def _tokenize(checkpoint: Checkpoint, text: str) -> tuple[list[int], list[str]]:
-    """The checkpoint's tokenizer's ids and tokens of --text (or --text2: `flag_of`)."""
-    flag = flag_of(text, "--text")
+    """The checkpoint's tokenizer's ids and tokens of --text (or --text2: `typed_flag`)."""
+    flag = typed_flag(text, "--text")
     if not text.strip():
         raise UserError(f"{flag} is empty")
     try:
@@ -569,7 +558,7 @@ class GivenText(str):
         return given
 
 
-def flag_of(value: Any, default: str) -> str:
+def typed_flag(value: Any, default: str) -> str:
     """The flag that gave `value` (a TokenIds or GivenText), else `default`."""
     return getattr(value, "flag", default)
 
@@ -577,7 +566,7 @@ def flag_of(value: Any, default: str) -> str:
 def check_vocabulary(checkpoint: Checkpoint, ids: list[int]) -> None:
     """Refuse, naming the flag that gave them, ids outside the checkpoint's vocabulary:
     the rows of its word-embedding table (of the largest, if it holds several)."""
-    flag = flag_of(ids, "--token-ids")
+    flag = typed_flag(ids, "--token-ids")
     tables = [(shape[0], name) for name, shape in checkpoint.shapes.items()
               if len(shape) == 2 and name.endswith(".weight")
               and name.split(".")[-2] in WORD_TABLES]
@@ -587,11 +576,17 @@ def check_vocabulary(checkpoint: Checkpoint, ids: list[int]) -> None:
             raise UserError(f"{flag}: token id {negative} is negative; token ids are 0 or "
                             f"more")
         return
-    vocab, name = max(tables)
+    _refuse_outside(ids, *max(tables), checkpoint)
+
+
+def _refuse_outside(ids: list[int], vocab: int, table: str, checkpoint: Checkpoint) -> None:
+    """One line, naming the flag that gave them, for ids outside the `vocab` rows of the
+    word-embedding tensor `table`."""
     bad = next((i for i in ids if not 0 <= i < vocab), None)
     if bad is not None:
-        raise UserError(f"{flag}: token id {bad} is outside the vocabulary, 0 … {vocab - 1} "
-                        f"(the {vocab:,} rows of tensor {name} in {checkpoint.source})")
+        raise UserError(f"{typed_flag(ids, '--token-ids')}: token id {bad} is outside the "
+                        f"vocabulary, 0 … {vocab - 1} (the {vocab:,} rows of tensor {table} "
+                        f"in {checkpoint.source})")
 
 
 def parse_token_ids(text: str | None, flag: str = "--token-ids") -> TokenIds | None:
